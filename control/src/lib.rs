@@ -1,0 +1,11 @@
+//! `ferrule-control`: the control thread (a `mio` event loop on a Unix socket speaking
+//! newline-delimited JSON-RPC 2.0), the versioned API types, the daemon's configuration,
+//! and the code behind the `ferruled` and `ferrulectl` binaries.
+
+pub mod api;
+pub mod client;
+pub mod config;
+pub mod daemon;
+pub mod rpc;
+pub mod server;
+pub mod table;

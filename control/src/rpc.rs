@@ -1,0 +1,86 @@
+//! JSON-RPC 2.0 framing shared by server and client: error codes, the error type, and
+//! the `Service` trait a daemon implements to answer requests.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Invalid JSON was received.
+pub const PARSE_ERROR: i64 = -32700;
+/// The JSON is not a valid request object (or the line is over the size limit).
+pub const INVALID_REQUEST: i64 = -32600;
+/// The method does not exist.
+pub const METHOD_NOT_FOUND: i64 = -32601;
+/// Invalid method parameters; the message names the field.
+pub const INVALID_PARAMS: i64 = -32602;
+/// The daemon failed to carry out a valid request.
+pub const INTERNAL_ERROR: i64 = -32603;
+
+/// A JSON-RPC error object.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, thiserror::Error)]
+#[error("{message} (code {code})")]
+pub struct RpcError {
+    pub code: i64,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
+}
+
+impl RpcError {
+    pub fn new(code: i64, message: impl Into<String>) -> Self {
+        RpcError { code, message: message.into(), data: None }
+    }
+
+    pub fn parse_error(detail: impl std::fmt::Display) -> Self {
+        Self::new(PARSE_ERROR, format!("parse error: {detail}"))
+    }
+
+    pub fn invalid_request(detail: impl std::fmt::Display) -> Self {
+        Self::new(INVALID_REQUEST, format!("invalid request: {detail}"))
+    }
+
+    pub fn method_not_found(method: &str) -> Self {
+        Self::new(METHOD_NOT_FOUND, format!("method not found: `{method}`"))
+    }
+
+    /// Invalid params: `field` is the dotted path of the offending field (for example
+    /// `tables[2].rules[0].dst_port`); it is also returned as `data.field`.
+    pub fn invalid_params(field: &str, detail: impl std::fmt::Display) -> Self {
+        RpcError {
+            code: INVALID_PARAMS,
+            message: format!("invalid params: `{field}`: {detail}"),
+            data: Some(serde_json::json!({ "field": field })),
+        }
+    }
+
+    pub fn internal(detail: impl std::fmt::Display) -> Self {
+        Self::new(INTERNAL_ERROR, format!("internal error: {detail}"))
+    }
+}
+
+/// Decodes `params` into `T`, mapping a serde error to an `INVALID_PARAMS` error that
+/// names the field. Absent params (`null`) decode as an empty object.
+pub fn parse_params<T: serde::de::DeserializeOwned>(params: &Value) -> Result<T, RpcError> {
+    let value = if params.is_null() { Value::Object(Default::default()) } else { params.clone() };
+    serde_json::from_value(value).map_err(|e| {
+        let text = e.to_string();
+        // serde names the field in "missing field `x`" / "unknown field `x`".
+        let field = text
+            .split('`')
+            .nth(1)
+            .filter(|_| text.contains("field `"))
+            .unwrap_or("params")
+            .to_string();
+        RpcError::invalid_params(&field, text)
+    })
+}
+
+/// What a daemon implements to answer control requests. `call` runs on the control
+/// thread, one request at a time, and must never panic on bad input.
+pub trait Service {
+    /// Answers one request. `params` is `Value::Null` when the request had none.
+    fn call(&mut self, method: &str, params: &Value) -> Result<Value, RpcError>;
+
+    /// Periodic housekeeping on the control thread (link monitoring, freeing old
+    /// generations); called at the server's tick interval whether or not requests came.
+    fn tick(&mut self) {}
+}

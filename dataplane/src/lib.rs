@@ -1,0 +1,1 @@
+//! Ferrule dataplane.

@@ -1,0 +1,1 @@
+//! End-to-end test helpers: start ferruled, talk to it, clean up after it.
