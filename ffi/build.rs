@@ -78,6 +78,7 @@ fn main() {
         .allowlist_function("ferrule_.*")
         .allowlist_type("rte_.*")
         .allowlist_var("RTE_.*")
+        .allowlist_var("RING_F_.*")
         .allowlist_var("ferrule_.*")
         .blocklist_type("max_align_t")
         .opaque_type("rte_arp_ipv4")

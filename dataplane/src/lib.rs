@@ -1,1 +1,9 @@
-//! Ferrule dataplane.
+//! `ferrule-dataplane`: everything a packet touches. Pure packet logic that unit-tests
+//! on byte slices without the EAL, plus the DPDK I/O layer (feature `dpdk`).
+
+pub mod counters;
+
+#[cfg(feature = "dpdk")]
+pub mod dpdk;
+#[cfg(feature = "dpdk")]
+pub mod worker;

@@ -1,0 +1,177 @@
+//! Worker and port counters: one writer (the owning worker), many readers (the control
+//! thread). Updates are plain relaxed load/store pairs — no locked instructions on the
+//! fast path — and each worker's block sits on its own cache lines.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Most ports one daemon drives (DPDK's `RTE_MAX_ETHPORTS` in Debian's build).
+pub const MAX_PORTS: usize = 32;
+
+/// Why a packet was dropped. Every drop in the dataplane has one; each is a counter per
+/// worker and is shown by `ferrulectl stats`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum DropReason {
+    /// The output port's transmit queue was full.
+    TxFull = 0,
+    /// The output port's link is down.
+    PortDown = 1,
+    /// The input port has no cross-connect peer.
+    NoXconnect = 2,
+}
+
+impl DropReason {
+    /// Number of reasons (the length of the per-worker drop array).
+    pub const COUNT: usize = 3;
+    /// All reasons, in counter order.
+    pub const ALL: [DropReason; Self::COUNT] =
+        [DropReason::TxFull, DropReason::PortDown, DropReason::NoXconnect];
+
+    /// The name used in counters, logs and the control API.
+    pub const fn name(self) -> &'static str {
+        match self {
+            DropReason::TxFull => "tx-full",
+            DropReason::PortDown => "port-down",
+            DropReason::NoXconnect => "no-xconnect",
+        }
+    }
+}
+
+/// A single-writer counter.
+#[derive(Debug, Default)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    /// Adds `n`. Only the owning worker may call this (single writer), which is why a
+    /// load/store pair is enough and no atomic read-modify-write is needed.
+    #[inline(always)]
+    pub fn add(&self, n: u64) {
+        let v = self.0.load(Ordering::Relaxed);
+        self.0.store(v.wrapping_add(n), Ordering::Relaxed);
+    }
+
+    /// Current value, for readers.
+    #[inline]
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Resets to zero (only the owner, or while the owner is stopped).
+    pub fn reset(&self) {
+        self.0.store(0, Ordering::Relaxed);
+    }
+}
+
+/// Per-port counters kept by one worker.
+#[derive(Debug, Default)]
+pub struct PortCounters {
+    pub rx_packets: Counter,
+    pub rx_bytes: Counter,
+    pub tx_packets: Counter,
+    pub tx_bytes: Counter,
+    /// Packets received on this port and dropped (any reason).
+    pub drops: Counter,
+}
+
+/// A plain copy of [`PortCounters`], summed over workers.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PortTotals {
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    pub drops: u64,
+}
+
+impl PortTotals {
+    /// Adds one worker's counters.
+    pub fn accumulate(&mut self, c: &PortCounters) {
+        self.rx_packets += c.rx_packets.get();
+        self.rx_bytes += c.rx_bytes.get();
+        self.tx_packets += c.tx_packets.get();
+        self.tx_bytes += c.tx_bytes.get();
+        self.drops += c.drops.get();
+    }
+}
+
+/// Everything one worker counts. Allocate one per worker (`Box`/`Arc`); the alignment
+/// keeps two workers' blocks off each other's cache lines.
+#[derive(Debug)]
+#[repr(align(128))]
+pub struct WorkerCounters {
+    /// Poll-loop iterations.
+    pub polls: Counter,
+    /// Iterations that received at least one packet.
+    pub busy_polls: Counter,
+    pub rx_packets: Counter,
+    pub tx_packets: Counter,
+    /// Drops by reason, indexed by `DropReason as usize`.
+    pub drops: [Counter; DropReason::COUNT],
+    /// Per-port counters, indexed by the port's index in the configuration.
+    pub ports: [PortCounters; MAX_PORTS],
+}
+
+impl Default for WorkerCounters {
+    fn default() -> Self {
+        WorkerCounters {
+            polls: Counter::default(),
+            busy_polls: Counter::default(),
+            rx_packets: Counter::default(),
+            tx_packets: Counter::default(),
+            drops: Default::default(),
+            ports: std::array::from_fn(|_| PortCounters::default()),
+        }
+    }
+}
+
+impl WorkerCounters {
+    /// Counts `n` packets dropped for `reason` that were received on port `rx_port`.
+    #[inline(always)]
+    pub fn drop_packets(&self, reason: DropReason, rx_port: usize, n: u64) {
+        self.drops[reason as usize].add(n);
+        self.ports[rx_port].drops.add(n);
+    }
+
+    /// Total drops over all reasons.
+    pub fn total_drops(&self) -> u64 {
+        self.drops.iter().map(Counter::get).sum()
+    }
+
+    /// Non-zero drop counters, by reason.
+    pub fn drop_reasons(&self) -> impl Iterator<Item = (DropReason, u64)> + '_ {
+        DropReason::ALL
+            .into_iter()
+            .map(|r| (r, self.drops[r as usize].get()))
+            .filter(|&(_, n)| n > 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_are_indexed_in_order() {
+        for (i, r) in DropReason::ALL.iter().enumerate() {
+            assert_eq!(*r as usize, i);
+        }
+        let names: std::collections::HashSet<_> = DropReason::ALL.iter().map(|r| r.name()).collect();
+        assert_eq!(names.len(), DropReason::COUNT);
+    }
+
+    #[test]
+    fn counts_and_sums() {
+        let w = WorkerCounters::default();
+        w.drop_packets(DropReason::TxFull, 3, 5);
+        w.drop_packets(DropReason::PortDown, 3, 2);
+        w.ports[3].rx_packets.add(10);
+        assert_eq!(w.total_drops(), 7);
+        assert_eq!(w.drop_reasons().collect::<Vec<_>>(), vec![(DropReason::TxFull, 5), (DropReason::PortDown, 2)]);
+        let mut t = PortTotals::default();
+        t.accumulate(&w.ports[3]);
+        t.accumulate(&w.ports[3]);
+        assert_eq!(t.rx_packets, 20);
+        assert_eq!(t.drops, 14);
+        assert_eq!(std::mem::align_of::<WorkerCounters>(), 128);
+    }
+}

@@ -1,0 +1,153 @@
+//! A fixed-size array of owned mbufs: what a worker receives, processes and transmits
+//! in one go. No allocation per burst; mbufs still held when it drops are freed.
+
+use super::mbuf::{raw_data, raw_data_mut};
+use super::Mbuf;
+use std::ptr::NonNull;
+
+/// Largest burst a worker handles at once.
+pub const MAX_BURST: usize = 256;
+
+/// Up to [`MAX_BURST`] owned mbufs, in arrival order.
+pub struct Burst {
+    len: usize,
+    pkts: [*mut ferrule_ffi::rte_mbuf; MAX_BURST],
+}
+
+impl Default for Burst {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for Burst {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Burst").field("len", &self.len).finish()
+    }
+}
+
+impl Burst {
+    pub const fn new() -> Self {
+        Burst { len: 0, pkts: [std::ptr::null_mut(); MAX_BURST] }
+    }
+
+    #[inline(always)]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    #[inline(always)]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Free slots.
+    #[inline(always)]
+    pub fn room(&self) -> usize {
+        MAX_BURST - self.len
+    }
+
+    /// Receives up to `max` packets from `port`/`queue`, appended after those held.
+    /// Returns how many arrived.
+    #[inline(always)]
+    pub fn rx(&mut self, port: u16, queue: u16, max: u16) -> usize {
+        let want = usize::from(max).min(self.room()) as u16;
+        // SAFETY: the destination has `want` free slots after len; rx_burst writes at
+        // most `want` mbuf pointers there and hands their ownership to us.
+        let n = unsafe {
+            ferrule_ffi::ferrule_eth_rx_burst(port, queue, self.pkts.as_mut_ptr().add(self.len), want)
+        };
+        self.len += usize::from(n);
+        usize::from(n)
+    }
+
+    /// Transmits every held packet on `port`/`queue`. Packets the driver did not take
+    /// stay in the burst, moved to the front. Returns how many were sent.
+    #[inline(always)]
+    pub fn tx(&mut self, port: u16, queue: u16) -> usize {
+        if self.len == 0 {
+            return 0;
+        }
+        // SAFETY: the first len slots hold owned mbufs; tx_burst takes ownership of the
+        // first `sent` of them and leaves the rest to us.
+        let sent = usize::from(unsafe {
+            ferrule_ffi::ferrule_eth_tx_burst(port, queue, self.pkts.as_mut_ptr(), self.len as u16)
+        });
+        if sent < self.len {
+            self.pkts.copy_within(sent..self.len, 0);
+        }
+        self.len -= sent;
+        sent
+    }
+
+    /// Frees every held packet.
+    #[inline(always)]
+    pub fn free_all(&mut self) {
+        if self.len > 0 {
+            // SAFETY: the first len slots hold owned mbufs, freed exactly once here.
+            unsafe { ferrule_ffi::ferrule_pktmbuf_free_bulk(self.pkts.as_mut_ptr(), self.len as u32) };
+            self.len = 0;
+        }
+    }
+
+    /// Adds a packet at the end; gives it back when the burst is full.
+    pub fn push(&mut self, m: Mbuf) -> Result<(), Mbuf> {
+        if self.len == MAX_BURST {
+            return Err(m);
+        }
+        self.pkts[self.len] = m.into_raw().as_ptr();
+        self.len += 1;
+        Ok(())
+    }
+
+    /// Removes the last packet.
+    pub fn pop(&mut self) -> Option<Mbuf> {
+        if self.len == 0 {
+            return None;
+        }
+        self.len -= 1;
+        let p = NonNull::new(self.pkts[self.len])?;
+        // SAFETY: the slot held an owned mbuf, now moved out of the burst.
+        Some(unsafe { Mbuf::from_raw(p) })
+    }
+
+    /// Sum of `pkt_len` over the held packets.
+    #[inline(always)]
+    pub fn total_bytes(&self) -> u64 {
+        self.pkts[..self.len]
+            .iter()
+            // SAFETY: every held pointer is a valid owned mbuf.
+            .map(|&m| u64::from(unsafe { (*m).pkt_len }))
+            .sum()
+    }
+
+    /// Length of packet `i` (all segments).
+    #[inline(always)]
+    pub fn pkt_len(&self, i: usize) -> u32 {
+        assert!(i < self.len, "burst index {i} out of range {}", self.len);
+        // SAFETY: i < len, so the slot holds a valid owned mbuf.
+        unsafe { (*self.pkts[i]).pkt_len }
+    }
+
+    /// First-segment data of packet `i`.
+    #[inline(always)]
+    pub fn data(&self, i: usize) -> &[u8] {
+        assert!(i < self.len, "burst index {i} out of range {}", self.len);
+        // SAFETY: i < len; the mbuf is owned by the burst and the slice borrows it.
+        unsafe { raw_data(self.pkts[i]) }
+    }
+
+    /// Writable first-segment data of packet `i`.
+    #[inline(always)]
+    pub fn data_mut(&mut self, i: usize) -> &mut [u8] {
+        assert!(i < self.len, "burst index {i} out of range {}", self.len);
+        // SAFETY: i < len; exclusive borrow of the burst gives exclusive data access.
+        unsafe { raw_data_mut(self.pkts[i]) }
+    }
+}
+
+impl Drop for Burst {
+    fn drop(&mut self) {
+        self.free_all();
+    }
+}
