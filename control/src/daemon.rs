@@ -1,1 +1,430 @@
-//! placeholder
+//! The daemon: brings up the EAL, the mempool and the configured ports, assigns receive
+//! queues to workers and launches them, answers the control API, and tears everything
+//! down in order (workers, ports, memory, EAL) when it ends.
+
+use crate::api::{self, PortInfo, PortsList, Stats, VersionInfo};
+use crate::config::{format_mac, Config, PortConfig};
+use crate::rpc::{RpcError, Service};
+use ferrule_dataplane::counters::{PortTotals, WorkerCounters};
+use ferrule_dataplane::dpdk::{self, ethdev, lcore, DpdkError, Eal, EalConfig, EthPort, Mempool, PortConf};
+use ferrule_dataplane::worker::{self, RxJob, Shared, TxTarget, WorkerPlan};
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Whether devargs name a PCI device rather than a vdev.
+pub fn is_pci(devargs: &str) -> bool {
+    ethdev::is_pci_address(devargs)
+}
+
+/// Why the daemon could not start. Each says what failed and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(
+        "cannot start the DPDK EAL: {0}\n  hint: run as root; reserve hugepages with \
+         scripts/setup.sh (or set eal.hugepages = false / pass --no-huge); make sure \
+         eal.lcores lists cores this machine has and eal.file_prefix is not used by \
+         another DPDK process"
+    )]
+    Eal(DpdkError),
+    #[error("cannot create the mbuf pool ({mbufs} mbufs): {err}\n  hint: raise eal.memory_mb or lower dataplane.mbufs")]
+    Mempool { mbufs: u32, err: DpdkError },
+    #[error("port {name:?} ({devargs}) failed to start: {err}")]
+    Port { name: String, devargs: String, err: DpdkError },
+    #[error("cannot launch worker {worker} on lcore {lcore}: {err}")]
+    Launch { worker: usize, lcore: u32, err: DpdkError },
+}
+
+struct PortRuntime {
+    cfg: PortConfig,
+    eth: EthPort,
+    link_up: bool,
+}
+
+struct WorkerRuntime {
+    plan: WorkerPlan,
+    counters: Arc<WorkerCounters>,
+}
+
+/// A running daemon. Dropping it stops the workers, then the ports, then frees the
+/// memory and cleans up the EAL (field order matters: ports, pool, eal).
+pub struct Daemon {
+    shared: Arc<Shared>,
+    workers: Vec<WorkerRuntime>,
+    launched: bool,
+    ports: Vec<PortRuntime>,
+    pool: Mempool,
+    eal: Eal,
+    started: Instant,
+}
+
+/// The EAL settings for a configuration: vdev ports are hot-plugged after start-up, so
+/// only PCI ports go on the allow-list (and none means `--no-pci`).
+pub fn eal_config(cfg: &Config) -> EalConfig {
+    EalConfig {
+        lcores: cfg.eal.lcores.clone(),
+        memory_mb: cfg.eal.memory_mb,
+        hugepages: cfg.eal.hugepages,
+        in_memory: cfg.eal.in_memory,
+        file_prefix: cfg.eal.file_prefix.clone(),
+        pci_allow: cfg.ports.iter().filter(|p| is_pci(&p.devargs)).map(|p| p.devargs.clone()).collect(),
+        vdevs: Vec::new(),
+        log_level: cfg.eal.log_level.clone(),
+        telemetry: cfg.eal.telemetry,
+        extra_args: cfg.eal.extra_args.clone(),
+    }
+}
+
+/// Spreads every port's receive queues over the workers, round-robin in configuration
+/// order. Each worker transmits on its own queue (its index) of every port.
+pub fn plan_workers(cfg: &Config, worker_lcores: &[u32], port_ids: &[u16]) -> Vec<WorkerPlan> {
+    let mut plans: Vec<WorkerPlan> = worker_lcores
+        .iter()
+        .enumerate()
+        .map(|(worker, &lcore)| WorkerPlan {
+            worker,
+            lcore,
+            burst_size: cfg.dataplane.burst_size,
+            idle_sleep_us: cfg.dataplane.idle_sleep_us,
+            jobs: Vec::new(),
+        })
+        .collect();
+    if plans.is_empty() {
+        return plans;
+    }
+    let index_of = |name: &str| cfg.ports.iter().position(|p| p.name == name);
+    let mut next = 0usize;
+    for (index, port) in cfg.ports.iter().enumerate() {
+        for queue in 0..port.rx_queues {
+            let w = next % plans.len();
+            next += 1;
+            let out = port.xconnect.as_deref().and_then(index_of).map(|o| TxTarget {
+                port: port_ids[o],
+                queue: w as u16,
+                index: o,
+            });
+            plans[w].jobs.push(RxJob { port: port_ids[index], queue, index, out });
+        }
+    }
+    plans
+}
+
+impl Daemon {
+    /// Starts the EAL, creates the pool, brings up every port and launches the workers.
+    pub fn start(cfg: &Config) -> Result<Daemon, StartError> {
+        let eal = Eal::init(&eal_config(cfg), "ferruled").map_err(StartError::Eal)?;
+        tracing::info!(dpdk = %dpdk::version(), args = ?eal.args(), "EAL started");
+        let pool = Mempool::new(
+            "ferrule_mbufs",
+            cfg.dataplane.mbufs,
+            cfg.dataplane.mbuf_cache,
+            dpdk::mempool::DEFAULT_DATA_ROOM,
+        )
+        .map_err(|err| StartError::Mempool { mbufs: cfg.dataplane.mbufs, err })?;
+
+        let worker_lcores = lcore::worker_lcores();
+        let n_workers = worker_lcores.len().max(1) as u16;
+        let mut ports = Vec::with_capacity(cfg.ports.len());
+        for p in &cfg.ports {
+            let port_err = |err| StartError::Port { name: p.name.clone(), devargs: p.devargs.clone(), err };
+            let mut eth = EthPort::probe(&p.devargs).map_err(port_err)?;
+            let conf = PortConf {
+                rx_queues: p.rx_queues,
+                tx_queues: n_workers,
+                rx_desc: cfg.dataplane.rx_desc,
+                tx_desc: cfg.dataplane.tx_desc,
+                mtu: Some(p.mtu),
+                mac: p.mac,
+                promiscuous: true,
+            };
+            eth.configure(&conf, &pool).map_err(port_err)?;
+            eth.start().map_err(port_err)?;
+            let link = eth.link();
+            tracing::info!(
+                port = %p.name, devargs = %p.devargs, role = %p.role, id = eth.id(),
+                driver = %eth.driver(), mac = %format_mac(&eth.mac()), link_up = link.up,
+                "port started"
+            );
+            ports.push(PortRuntime { cfg: p.clone(), eth, link_up: link.up });
+        }
+
+        let shared = Arc::new(Shared::default());
+        for (i, p) in ports.iter().enumerate() {
+            shared.set_link(i, p.link_up);
+        }
+        let port_ids: Vec<u16> = ports.iter().map(|p| p.eth.id()).collect();
+        let workers: Vec<WorkerRuntime> = plan_workers(cfg, &worker_lcores, &port_ids)
+            .into_iter()
+            .map(|plan| WorkerRuntime { plan, counters: Arc::new(WorkerCounters::default()) })
+            .collect();
+        let mut daemon =
+            Daemon { shared, workers, launched: false, ports, pool, eal, started: Instant::now() };
+        daemon.launch()?;
+        Ok(daemon)
+    }
+
+    fn launch(&mut self) -> Result<(), StartError> {
+        self.launched = true;
+        for w in &self.workers {
+            let (plan, shared, counters) = (w.plan.clone(), Arc::clone(&self.shared), Arc::clone(&w.counters));
+            let lcore = plan.lcore;
+            let worker = plan.worker;
+            lcore::launch(lcore, move || worker::run(&plan, &shared, &counters))
+                .map_err(|err| StartError::Launch { worker, lcore, err })?;
+        }
+        self.started = Instant::now();
+        Ok(())
+    }
+
+    /// Stops the workers and waits for them (idempotent; also done on drop).
+    pub fn stop_workers(&mut self) {
+        if self.launched {
+            self.shared.stop();
+            lcore::wait_all();
+            self.launched = false;
+            tracing::info!("workers stopped");
+        }
+    }
+
+    /// Mbufs currently out of the pool (a leak check for shutdown).
+    pub fn mbufs_in_use(&self) -> u32 {
+        self.pool.in_use()
+    }
+
+    /// The EAL arguments in force.
+    pub fn eal_args(&self) -> &[String] {
+        self.eal.args()
+    }
+
+    fn port_totals(&self, index: usize) -> PortTotals {
+        let mut t = PortTotals::default();
+        for w in &self.workers {
+            t.accumulate(&w.counters.ports[index]);
+        }
+        t
+    }
+
+    fn port_counters(&self, index: usize) -> api::PortCounters {
+        let t = self.port_totals(index);
+        let hw = self.ports[index].eth.stats();
+        api::PortCounters {
+            rx_packets: t.rx_packets,
+            rx_bytes: t.rx_bytes,
+            tx_packets: t.tx_packets,
+            tx_bytes: t.tx_bytes,
+            drops: t.drops,
+            hw_rx_missed: hw.imissed,
+            hw_rx_errors: hw.ierrors,
+            hw_tx_errors: hw.oerrors,
+            hw_rx_nombuf: hw.rx_nombuf,
+        }
+    }
+
+    /// `version`.
+    pub fn version_info() -> VersionInfo {
+        VersionInfo {
+            api_version: api::API_VERSION,
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            git_commit: env!("FERRULE_GIT_COMMIT").to_string(),
+            dpdk: dpdk::version().trim_start_matches("DPDK ").to_string(),
+        }
+    }
+
+    /// `ports.list`.
+    pub fn ports_list(&self) -> PortsList {
+        let ports = self
+            .ports
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let link = p.eth.link();
+                PortInfo {
+                    name: p.cfg.name.clone(),
+                    port_id: p.eth.id(),
+                    devargs: p.cfg.devargs.clone(),
+                    role: p.cfg.role,
+                    link: if link.up { "up" } else { "down" }.to_string(),
+                    speed_mbps: link.speed_mbps,
+                    mac: format_mac(&p.eth.mac()),
+                    mtu: p.eth.mtu(),
+                    rx_queues: p.cfg.rx_queues,
+                    xconnect: p.cfg.xconnect.clone(),
+                    counters: self.port_counters(i),
+                }
+            })
+            .collect();
+        PortsList { ports }
+    }
+
+    /// `stats.get`.
+    pub fn stats(&self) -> Stats {
+        let names: Vec<&str> = self.ports.iter().map(|p| p.cfg.name.as_str()).collect();
+        let mut totals = api::Totals::default();
+        let mut reasons: Vec<(String, u64)> = Vec::new();
+        let workers = self
+            .workers
+            .iter()
+            .map(|w| {
+                let c = &w.counters;
+                let drop_reasons: Vec<api::DropCount> = c
+                    .drop_reasons()
+                    .map(|(r, n)| api::DropCount { reason: r.name().to_string(), packets: n })
+                    .collect();
+                for d in &drop_reasons {
+                    match reasons.iter_mut().find(|(r, _)| *r == d.reason) {
+                        Some((_, n)) => *n += d.packets,
+                        None => reasons.push((d.reason.clone(), d.packets)),
+                    }
+                }
+                let s = api::WorkerStats {
+                    worker: w.plan.worker as u32,
+                    lcore: w.plan.lcore,
+                    queues: w.plan.jobs.iter().map(|j| format!("{}/{}", names[j.index], j.queue)).collect(),
+                    polls: c.polls.get(),
+                    busy_polls: c.busy_polls.get(),
+                    rx_packets: c.rx_packets.get(),
+                    tx_packets: c.tx_packets.get(),
+                    drops: c.total_drops(),
+                    drop_reasons,
+                };
+                totals.rx_packets += s.rx_packets;
+                totals.tx_packets += s.tx_packets;
+                totals.drops += s.drops;
+                s
+            })
+            .collect();
+        totals.drop_reasons =
+            reasons.into_iter().map(|(reason, packets)| api::DropCount { reason, packets }).collect();
+        let ports = (0..self.ports.len())
+            .map(|i| api::PortStats { name: names[i].to_string(), counters: self.port_counters(i) })
+            .collect();
+        Stats { uptime_secs: self.started.elapsed().as_secs_f64(), workers, ports, totals }
+    }
+
+    /// Reads every port's link and publishes changes to the workers.
+    pub fn poll_links(&mut self) {
+        for (i, p) in self.ports.iter_mut().enumerate() {
+            let up = p.eth.link().up;
+            if up != p.link_up {
+                p.link_up = up;
+                self.shared.set_link(i, up);
+                tracing::info!(port = %p.cfg.name, "link {}", if up { "up" } else { "down" });
+            }
+        }
+    }
+}
+
+fn to_value<T: serde::Serialize>(v: T) -> Result<Value, RpcError> {
+    serde_json::to_value(v).map_err(RpcError::internal)
+}
+
+/// Methods that take no params reject any they are given, naming the first one.
+fn no_params(params: &Value) -> Result<(), RpcError> {
+    match params {
+        Value::Null => Ok(()),
+        Value::Object(m) if m.is_empty() => Ok(()),
+        Value::Array(a) if a.is_empty() => Ok(()),
+        Value::Object(m) => {
+            let field = m.keys().next().map(String::as_str).unwrap_or("params");
+            Err(RpcError::invalid_params(field, "this method takes no params"))
+        }
+        _ => Err(RpcError::invalid_params("params", "this method takes no params")),
+    }
+}
+
+impl Service for Daemon {
+    fn call(&mut self, method: &str, params: &Value) -> Result<Value, RpcError> {
+        match method {
+            api::method::VERSION => {
+                no_params(params)?;
+                to_value(Daemon::version_info())
+            }
+            api::method::PORTS_LIST => {
+                no_params(params)?;
+                to_value(self.ports_list())
+            }
+            api::method::STATS_GET => {
+                no_params(params)?;
+                to_value(self.stats())
+            }
+            other => Err(RpcError::method_not_found(other)),
+        }
+    }
+
+    fn tick(&mut self) {
+        self.poll_links();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.stop_workers();
+        for p in &mut self.ports {
+            if let Err(e) = p.eth.stop() {
+                tracing::warn!(port = %p.cfg.name, error = %e, "stopping port");
+            }
+        }
+        tracing::info!("ports stopped");
+        // Fields drop next, in order: ports (closed), pool (freed), eal (cleaned up).
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(extra_lcores: &[u32], ports: &str) -> Config {
+        let l: Vec<String> = extra_lcores.iter().map(u32::to_string).collect();
+        Config::parse(&format!("[eal]\nlcores = [0, {}]\n{ports}", l.join(", ")), "t").expect("valid")
+    }
+
+    const PORTS: &str = r#"
+[[port]]
+name = "a"
+devargs = "net_null0"
+role = "pod"
+rx_queues = 2
+xconnect = "b"
+[[port]]
+name = "b"
+devargs = "net_null1"
+role = "uplink"
+[[port]]
+name = "c"
+devargs = "0000:01:00.0"
+role = "host"
+xconnect = "a"
+"#;
+
+    #[test]
+    fn queues_are_spread_round_robin_and_tx_queue_is_the_worker() {
+        let c = cfg(&[1, 2], PORTS);
+        let plans = plan_workers(&c, &[1, 2], &[10, 11, 12]);
+        assert_eq!(plans.len(), 2);
+        // a/0 -> w0, a/1 -> w1, b/0 -> w0, c/0 -> w1
+        let q = |w: usize| plans[w].jobs.iter().map(|j| (j.port, j.queue)).collect::<Vec<_>>();
+        assert_eq!(q(0), vec![(10, 0), (11, 0)]);
+        assert_eq!(q(1), vec![(10, 1), (12, 0)]);
+        assert_eq!(plans[0].jobs[0].out, Some(TxTarget { port: 11, queue: 0, index: 1 }));
+        assert_eq!(plans[1].jobs[0].out, Some(TxTarget { port: 11, queue: 1, index: 1 }));
+        assert_eq!(plans[0].jobs[1].out, None, "b has no cross-connect");
+        assert_eq!(plans[1].jobs[1].out, Some(TxTarget { port: 10, queue: 1, index: 0 }));
+    }
+
+    #[test]
+    fn only_pci_ports_are_allow_listed() {
+        let c = cfg(&[1], PORTS);
+        let e = eal_config(&c);
+        assert_eq!(e.pci_allow, vec!["0000:01:00.0".to_string()]);
+        let c2 = Config::embedded_default().expect("default");
+        assert!(eal_config(&c2).args("x").contains(&"--no-pci".to_string()));
+    }
+
+    #[test]
+    fn no_params_names_the_unexpected_field() {
+        assert!(no_params(&Value::Null).is_ok());
+        let e = no_params(&serde_json::json!({"verbose": true})).unwrap_err();
+        assert_eq!(e.code, crate::rpc::INVALID_PARAMS);
+        assert!(e.message.contains("verbose"));
+    }
+}
