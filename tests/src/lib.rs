@@ -1,1 +1,265 @@
-//! End-to-end test helpers: start ferruled, talk to it, clean up after it.
+//! End-to-end test helpers: start a real `ferruled` on a generated configuration, talk
+//! to it with `ferrulectl`, stop it, and clean up its processes, sockets and hugepage
+//! files even when a test fails.
+
+use serde_json::Value;
+use std::io::Write;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Directory holding the workspace's built binaries (next to this test's `deps/`).
+/// The first call brings `ferruled` and `ferrulectl` up to date with `cargo build`, so
+/// `cargo test -p ferrule-e2e` never runs stale binaries.
+pub fn bin_dir() -> PathBuf {
+    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    let exe = std::env::current_exe().expect("test executable path");
+    let dir = exe.parent().and_then(Path::parent).expect("target/<profile>").to_path_buf();
+    BUILT.get_or_init(|| {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "--quiet", "-p", "ferrule-control", "--bins"]);
+        if dir.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        let status = cmd.current_dir(env!("CARGO_MANIFEST_DIR")).status().expect("run cargo build");
+        assert!(status.success(), "cargo build of ferruled/ferrulectl failed");
+    });
+    for b in ["ferruled", "ferrulectl"] {
+        assert!(dir.join(b).exists(), "{} missing: run `cargo build --workspace --bins` first", dir.join(b).display());
+    }
+    dir
+}
+
+pub fn ferruled_bin() -> PathBuf {
+    bin_dir().join("ferruled")
+}
+
+pub fn ferrulectl_bin() -> PathBuf {
+    bin_dir().join("ferrulectl")
+}
+
+/// Whether enough 2 MiB hugepages are free for one more test daemon.
+pub fn hugepages_free(mb: u64) -> bool {
+    std::fs::read_to_string("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .is_some_and(|n| n * 2 >= mb + 64)
+}
+
+/// A unique EAL file prefix for one test daemon.
+pub fn unique_prefix(tag: &str) -> String {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("ferrule-e2e-{tag}-{}-{n}", std::process::id())
+}
+
+/// Hugepage files and runtime directories a process with `prefix` left behind.
+pub fn leftovers(prefix: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for dir in ["/dev/hugepages", "/run/dpdk"] {
+        if let Ok(rd) = std::fs::read_dir(dir) {
+            for e in rd.flatten() {
+                if e.file_name().to_string_lossy().starts_with(prefix) {
+                    out.push(e.path());
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The `[eal]`, `[control]` and `[dataplane]` sections for a test daemon: two lcores,
+/// 128 MiB (hugepages when free, else `--no-huge`), a worker that naps when idle.
+pub fn base_config(prefix: &str) -> String {
+    format!(
+        "[eal]\nlcores = [0, 1]\nmemory_mb = 128\nhugepages = {}\nin_memory = true\n\
+         file_prefix = \"{prefix}\"\nlog_level = \"error\"\n\n\
+         [dataplane]\nmbufs = 4095\nmbuf_cache = 64\nrx_desc = 256\ntx_desc = 256\nidle_sleep_us = 50\n\n\
+         [log]\nlevel = \"info\"\n\n",
+        hugepages_free(128)
+    )
+}
+
+/// A running `ferruled`, killed and cleaned up on drop if a test did not stop it.
+pub struct Ferruled {
+    child: Option<Child>,
+    pub dir: tempfile::TempDir,
+    pub socket: PathBuf,
+    pub prefix: String,
+    pub log: PathBuf,
+}
+
+impl Ferruled {
+    /// Writes `config` (a full TOML text; its `file_prefix` must be `prefix`), starts
+    /// ferruled on it and waits until the control socket answers.
+    pub fn start(config: &str, prefix: &str) -> anyhow::Result<Ferruled> {
+        Self::start_in(tempfile::tempdir()?, config, prefix)
+    }
+
+    /// As `start`, in a directory the caller prepared (pcap files, …).
+    pub fn start_in(dir: tempfile::TempDir, config: &str, prefix: &str) -> anyhow::Result<Ferruled> {
+        let cfg_path = dir.path().join("ferrule.toml");
+        std::fs::write(&cfg_path, config)?;
+        let socket = dir.path().join("ctl").join("ferrule.sock");
+        let log = dir.path().join("ferruled.log");
+        let child = Command::new(ferruled_bin())
+            .arg("--config")
+            .arg(&cfg_path)
+            .arg("--socket")
+            .arg(&socket)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
+            .spawn()?;
+        let mut d = Ferruled { child: Some(child), dir, socket, prefix: prefix.to_string(), log };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = d.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                d.child = None;
+                anyhow::bail!("ferruled exited early ({status}):\n{}", d.log_text());
+            }
+            if d.socket.exists() && d.ctl(&["version"]).status.success() {
+                return Ok(d);
+            }
+            if Instant::now() > deadline {
+                anyhow::bail!("ferruled did not answer within 30 s:\n{}", d.log_text());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Runs `ferrulectl --socket <ours> ARGS…`.
+    pub fn ctl(&self, args: &[&str]) -> Output {
+        Command::new(ferrulectl_bin())
+            .arg("--socket")
+            .arg(&self.socket)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run ferrulectl")
+    }
+
+    /// Runs `ferrulectl --json ARGS…` and parses its output.
+    pub fn ctl_json(&self, args: &[&str]) -> Value {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        let out = self.ctl(&all);
+        assert!(out.status.success(), "ferrulectl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).expect("ferrulectl --json prints JSON")
+    }
+
+    /// Sends a raw line to the control socket and returns the reply line.
+    pub fn raw_request(&self, line: &[u8]) -> anyhow::Result<String> {
+        use std::io::{BufRead, BufReader};
+        let mut s = std::os::unix::net::UnixStream::connect(&self.socket)?;
+        s.set_read_timeout(Some(Duration::from_secs(10)))?;
+        s.write_all(line)?;
+        s.write_all(b"\n")?;
+        let mut reply = String::new();
+        BufReader::new(s).read_line(&mut reply)?;
+        Ok(reply)
+    }
+
+    /// Polls `stats.get` until `cond` holds (10 s at most).
+    pub fn wait_stats(&self, what: &str, cond: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let s = self.ctl_json(&["stats"]);
+            if cond(&s) {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}; last stats: {s:#}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Sends SIGTERM and waits (20 s at most) for the exit status.
+    pub fn terminate(&mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("ferruled is running");
+        let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = child.try_wait().expect("wait ferruled") {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let status = child.wait().expect("wait ferruled");
+                panic!("ferruled ignored SIGTERM for 20 s (killed: {:?})\n{}", status.signal(), self.log_text());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Ferruled {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for p in leftovers(&self.prefix) {
+            let _ = std::fs::remove_file(&p).or_else(|_| std::fs::remove_dir_all(&p));
+        }
+    }
+}
+
+/// Writes frames as a classic pcap file (Ethernet link type).
+pub fn write_pcap(path: &Path, frames: &[Vec<u8>]) -> std::io::Result<()> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
+    out.extend_from_slice(&2u16.to_le_bytes());
+    out.extend_from_slice(&4u16.to_le_bytes());
+    out.extend_from_slice(&0i32.to_le_bytes());
+    out.extend_from_slice(&0u32.to_le_bytes());
+    out.extend_from_slice(&65535u32.to_le_bytes());
+    out.extend_from_slice(&1u32.to_le_bytes());
+    for (i, f) in frames.iter().enumerate() {
+        out.extend_from_slice(&(i as u32).to_le_bytes());
+        out.extend_from_slice(&0u32.to_le_bytes());
+        out.extend_from_slice(&(f.len() as u32).to_le_bytes());
+        out.extend_from_slice(&(f.len() as u32).to_le_bytes());
+        out.extend_from_slice(f);
+    }
+    std::fs::write(path, out)
+}
+
+/// Reads the frames of a classic pcap file (either byte order, µs or ns stamps).
+pub fn read_pcap(path: &Path) -> anyhow::Result<Vec<Vec<u8>>> {
+    let data = std::fs::read(path)?;
+    anyhow::ensure!(data.len() >= 24, "{}: shorter than a pcap header", path.display());
+    let magic = u32::from_le_bytes([data[0], data[1], data[2], data[3]]);
+    let le = match magic {
+        0xa1b2_c3d4 | 0xa1b2_3c4d => true,
+        0xd4c3_b2a1 | 0x4d3c_b2a1 => false,
+        m => anyhow::bail!("{}: not a pcap file (magic {m:#x})", path.display()),
+    };
+    let u32_at = |o: usize| {
+        let b = [data[o], data[o + 1], data[o + 2], data[o + 3]];
+        if le {
+            u32::from_le_bytes(b)
+        } else {
+            u32::from_be_bytes(b)
+        }
+    };
+    let mut frames = Vec::new();
+    let mut off = 24;
+    while off + 16 <= data.len() {
+        let incl = u32_at(off + 8) as usize;
+        off += 16;
+        anyhow::ensure!(off + incl <= data.len(), "{}: truncated record", path.display());
+        frames.push(data[off..off + incl].to_vec());
+        off += incl;
+    }
+    Ok(frames)
+}

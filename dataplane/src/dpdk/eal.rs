@@ -98,6 +98,7 @@ impl EalConfig {
 #[derive(Debug)]
 pub struct Eal {
     args: Vec<String>,
+    runtime_dir: Option<std::path::PathBuf>,
 }
 
 impl Eal {
@@ -130,7 +131,14 @@ impl Eal {
             EAL_STARTED.store(false, Ordering::SeqCst);
             return Err(DpdkError::last(format!("rte_eal_init({})", args.join(" "))));
         }
-        Ok(Eal { args })
+        // SAFETY: valid after a successful init; returns a pointer to a static string.
+        let dir = unsafe { ferrule_ffi::rte_eal_get_runtime_dir() };
+        let runtime_dir = (!dir.is_null()).then(|| {
+            // SAFETY: non-NULL, NUL-terminated, static for the life of the EAL.
+            let s = unsafe { std::ffi::CStr::from_ptr(dir) };
+            std::path::PathBuf::from(s.to_string_lossy().into_owned())
+        });
+        Ok(Eal { args, runtime_dir })
     }
 
     /// The arguments the EAL was started with.
@@ -146,6 +154,11 @@ impl Drop for Eal {
         let rc = unsafe { ferrule_ffi::rte_eal_cleanup() };
         if rc < 0 {
             tracing::warn!(rc, "rte_eal_cleanup failed");
+        }
+        // The EAL leaves its runtime directory (/run/dpdk/<prefix>) behind; remove it
+        // when it is empty, as it is with --in-memory. A non-empty one is left alone.
+        if let Some(dir) = &self.runtime_dir {
+            let _ = std::fs::remove_dir(dir);
         }
     }
 }
