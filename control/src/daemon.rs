@@ -6,7 +6,9 @@ use crate::api::{self, PortInfo, PortsList, Stats, VersionInfo};
 use crate::config::{format_mac, Config, PortConfig};
 use crate::rpc::{RpcError, Service};
 use ferrule_dataplane::counters::{PortTotals, WorkerCounters};
-use ferrule_dataplane::dpdk::{self, ethdev, lcore, DpdkError, Eal, EalConfig, EthPort, Mempool, PortConf};
+use ferrule_dataplane::dpdk::{
+    self, ethdev, lcore, DpdkError, Eal, EalConfig, EthPort, Mempool, PortConf,
+};
 use ferrule_dataplane::worker::{self, RxJob, Shared, TxTarget, WorkerPlan};
 use serde_json::Value;
 use std::sync::Arc;
@@ -30,9 +32,17 @@ pub enum StartError {
     #[error("cannot create the mbuf pool ({mbufs} mbufs): {err}\n  hint: raise eal.memory_mb or lower dataplane.mbufs")]
     Mempool { mbufs: u32, err: DpdkError },
     #[error("port {name:?} ({devargs}) failed to start: {err}")]
-    Port { name: String, devargs: String, err: DpdkError },
+    Port {
+        name: String,
+        devargs: String,
+        err: DpdkError,
+    },
     #[error("cannot launch worker {worker} on lcore {lcore}: {err}")]
-    Launch { worker: usize, lcore: u32, err: DpdkError },
+    Launch {
+        worker: usize,
+        lcore: u32,
+        err: DpdkError,
+    },
 }
 
 struct PortRuntime {
@@ -67,7 +77,12 @@ pub fn eal_config(cfg: &Config) -> EalConfig {
         hugepages: cfg.eal.hugepages,
         in_memory: cfg.eal.in_memory,
         file_prefix: cfg.eal.file_prefix.clone(),
-        pci_allow: cfg.ports.iter().filter(|p| is_pci(&p.devargs)).map(|p| p.devargs.clone()).collect(),
+        pci_allow: cfg
+            .ports
+            .iter()
+            .filter(|p| is_pci(&p.devargs))
+            .map(|p| p.devargs.clone())
+            .collect(),
         vdevs: Vec::new(),
         log_level: cfg.eal.log_level.clone(),
         telemetry: cfg.eal.telemetry,
@@ -98,12 +113,21 @@ pub fn plan_workers(cfg: &Config, worker_lcores: &[u32], port_ids: &[u16]) -> Ve
         for queue in 0..port.rx_queues {
             let w = next % plans.len();
             next += 1;
-            let out = port.xconnect.as_deref().and_then(index_of).map(|o| TxTarget {
-                port: port_ids[o],
-                queue: w as u16,
-                index: o,
+            let out = port
+                .xconnect
+                .as_deref()
+                .and_then(index_of)
+                .map(|o| TxTarget {
+                    port: port_ids[o],
+                    queue: w as u16,
+                    index: o,
+                });
+            plans[w].jobs.push(RxJob {
+                port: port_ids[index],
+                queue,
+                index,
+                out,
             });
-            plans[w].jobs.push(RxJob { port: port_ids[index], queue, index, out });
         }
     }
     plans
@@ -120,13 +144,20 @@ impl Daemon {
             cfg.dataplane.mbuf_cache,
             dpdk::mempool::DEFAULT_DATA_ROOM,
         )
-        .map_err(|err| StartError::Mempool { mbufs: cfg.dataplane.mbufs, err })?;
+        .map_err(|err| StartError::Mempool {
+            mbufs: cfg.dataplane.mbufs,
+            err,
+        })?;
 
         let worker_lcores = lcore::worker_lcores();
         let n_workers = worker_lcores.len().max(1) as u16;
         let mut ports = Vec::with_capacity(cfg.ports.len());
         for p in &cfg.ports {
-            let port_err = |err| StartError::Port { name: p.name.clone(), devargs: p.devargs.clone(), err };
+            let port_err = |err| StartError::Port {
+                name: p.name.clone(),
+                devargs: p.devargs.clone(),
+                err,
+            };
             let mut eth = EthPort::probe(&p.devargs).map_err(port_err)?;
             let conf = PortConf {
                 rx_queues: p.rx_queues,
@@ -145,7 +176,11 @@ impl Daemon {
                 driver = %eth.driver(), mac = %format_mac(&eth.mac()), link_up = link.up,
                 "port started"
             );
-            ports.push(PortRuntime { cfg: p.clone(), eth, link_up: link.up });
+            ports.push(PortRuntime {
+                cfg: p.clone(),
+                eth,
+                link_up: link.up,
+            });
         }
 
         let shared = Arc::new(Shared::default());
@@ -155,10 +190,20 @@ impl Daemon {
         let port_ids: Vec<u16> = ports.iter().map(|p| p.eth.id()).collect();
         let workers: Vec<WorkerRuntime> = plan_workers(cfg, &worker_lcores, &port_ids)
             .into_iter()
-            .map(|plan| WorkerRuntime { plan, counters: Arc::new(WorkerCounters::default()) })
+            .map(|plan| WorkerRuntime {
+                plan,
+                counters: Arc::new(WorkerCounters::default()),
+            })
             .collect();
-        let mut daemon =
-            Daemon { shared, workers, launched: false, ports, pool, eal, started: Instant::now() };
+        let mut daemon = Daemon {
+            shared,
+            workers,
+            launched: false,
+            ports,
+            pool,
+            eal,
+            started: Instant::now(),
+        };
         daemon.launch()?;
         Ok(daemon)
     }
@@ -166,7 +211,11 @@ impl Daemon {
     fn launch(&mut self) -> Result<(), StartError> {
         self.launched = true;
         for w in &self.workers {
-            let (plan, shared, counters) = (w.plan.clone(), Arc::clone(&self.shared), Arc::clone(&w.counters));
+            let (plan, shared, counters) = (
+                w.plan.clone(),
+                Arc::clone(&self.shared),
+                Arc::clone(&w.counters),
+            );
             let lcore = plan.lcore;
             let worker = plan.worker;
             lcore::launch(lcore, move || worker::run(&plan, &shared, &counters))
@@ -268,7 +317,10 @@ impl Daemon {
                 let c = &w.counters;
                 let drop_reasons: Vec<api::DropCount> = c
                     .drop_reasons()
-                    .map(|(r, n)| api::DropCount { reason: r.name().to_string(), packets: n })
+                    .map(|(r, n)| api::DropCount {
+                        reason: r.name().to_string(),
+                        packets: n,
+                    })
                     .collect();
                 for d in &drop_reasons {
                     match reasons.iter_mut().find(|(r, _)| *r == d.reason) {
@@ -279,7 +331,12 @@ impl Daemon {
                 let s = api::WorkerStats {
                     worker: w.plan.worker as u32,
                     lcore: w.plan.lcore,
-                    queues: w.plan.jobs.iter().map(|j| format!("{}/{}", names[j.index], j.queue)).collect(),
+                    queues: w
+                        .plan
+                        .jobs
+                        .iter()
+                        .map(|j| format!("{}/{}", names[j.index], j.queue))
+                        .collect(),
                     polls: c.polls.get(),
                     busy_polls: c.busy_polls.get(),
                     rx_packets: c.rx_packets.get(),
@@ -293,12 +350,22 @@ impl Daemon {
                 s
             })
             .collect();
-        totals.drop_reasons =
-            reasons.into_iter().map(|(reason, packets)| api::DropCount { reason, packets }).collect();
-        let ports = (0..self.ports.len())
-            .map(|i| api::PortStats { name: names[i].to_string(), counters: self.port_counters(i) })
+        totals.drop_reasons = reasons
+            .into_iter()
+            .map(|(reason, packets)| api::DropCount { reason, packets })
             .collect();
-        Stats { uptime_secs: self.started.elapsed().as_secs_f64(), workers, ports, totals }
+        let ports = (0..self.ports.len())
+            .map(|i| api::PortStats {
+                name: names[i].to_string(),
+                counters: self.port_counters(i),
+            })
+            .collect();
+        Stats {
+            uptime_secs: self.started.elapsed().as_secs_f64(),
+            workers,
+            ports,
+            totals,
+        }
     }
 
     /// Reads every port's link and publishes changes to the workers.
@@ -326,9 +393,15 @@ fn no_params(params: &Value) -> Result<(), RpcError> {
         Value::Array(a) if a.is_empty() => Ok(()),
         Value::Object(m) => {
             let field = m.keys().next().map(String::as_str).unwrap_or("params");
-            Err(RpcError::invalid_params(field, "this method takes no params"))
+            Err(RpcError::invalid_params(
+                field,
+                "this method takes no params",
+            ))
         }
-        _ => Err(RpcError::invalid_params("params", "this method takes no params")),
+        _ => Err(RpcError::invalid_params(
+            "params",
+            "this method takes no params",
+        )),
     }
 }
 
@@ -375,7 +448,11 @@ mod tests {
 
     fn cfg(extra_lcores: &[u32], ports: &str) -> Config {
         let l: Vec<String> = extra_lcores.iter().map(u32::to_string).collect();
-        Config::parse(&format!("[eal]\nlcores = [0, {}]\n{ports}", l.join(", ")), "t").expect("valid")
+        Config::parse(
+            &format!("[eal]\nlcores = [0, {}]\n{ports}", l.join(", ")),
+            "t",
+        )
+        .expect("valid")
     }
 
     const PORTS: &str = r#"
@@ -402,13 +479,40 @@ xconnect = "a"
         let plans = plan_workers(&c, &[1, 2], &[10, 11, 12]);
         assert_eq!(plans.len(), 2);
         // a/0 -> w0, a/1 -> w1, b/0 -> w0, c/0 -> w1
-        let q = |w: usize| plans[w].jobs.iter().map(|j| (j.port, j.queue)).collect::<Vec<_>>();
+        let q = |w: usize| {
+            plans[w]
+                .jobs
+                .iter()
+                .map(|j| (j.port, j.queue))
+                .collect::<Vec<_>>()
+        };
         assert_eq!(q(0), vec![(10, 0), (11, 0)]);
         assert_eq!(q(1), vec![(10, 1), (12, 0)]);
-        assert_eq!(plans[0].jobs[0].out, Some(TxTarget { port: 11, queue: 0, index: 1 }));
-        assert_eq!(plans[1].jobs[0].out, Some(TxTarget { port: 11, queue: 1, index: 1 }));
+        assert_eq!(
+            plans[0].jobs[0].out,
+            Some(TxTarget {
+                port: 11,
+                queue: 0,
+                index: 1
+            })
+        );
+        assert_eq!(
+            plans[1].jobs[0].out,
+            Some(TxTarget {
+                port: 11,
+                queue: 1,
+                index: 1
+            })
+        );
         assert_eq!(plans[0].jobs[1].out, None, "b has no cross-connect");
-        assert_eq!(plans[1].jobs[1].out, Some(TxTarget { port: 10, queue: 1, index: 0 }));
+        assert_eq!(
+            plans[1].jobs[1].out,
+            Some(TxTarget {
+                port: 10,
+                queue: 1,
+                index: 0
+            })
+        );
     }
 
     #[test]

@@ -5,6 +5,7 @@
 pub mod api;
 pub mod client;
 pub mod config;
+pub mod ctl;
 pub mod daemon;
 pub mod rpc;
 pub mod server;

@@ -27,7 +27,11 @@ pub struct RpcError {
 
 impl RpcError {
     pub fn new(code: i64, message: impl Into<String>) -> Self {
-        RpcError { code, message: message.into(), data: None }
+        RpcError {
+            code,
+            message: message.into(),
+            data: None,
+        }
     }
 
     pub fn parse_error(detail: impl std::fmt::Display) -> Self {
@@ -60,7 +64,11 @@ impl RpcError {
 /// Decodes `params` into `T`, mapping a serde error to an `INVALID_PARAMS` error that
 /// names the field. Absent params (`null`) decode as an empty object.
 pub fn parse_params<T: serde::de::DeserializeOwned>(params: &Value) -> Result<T, RpcError> {
-    let value = if params.is_null() { Value::Object(Default::default()) } else { params.clone() };
+    let value = if params.is_null() {
+        Value::Object(Default::default())
+    } else {
+        params.clone()
+    };
     serde_json::from_value(value).map_err(|e| {
         let text = e.to_string();
         // serde names the field in "missing field `x`" / "unknown field `x`".

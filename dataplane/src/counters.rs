@@ -24,8 +24,11 @@ impl DropReason {
     /// Number of reasons (the length of the per-worker drop array).
     pub const COUNT: usize = 3;
     /// All reasons, in counter order.
-    pub const ALL: [DropReason; Self::COUNT] =
-        [DropReason::TxFull, DropReason::PortDown, DropReason::NoXconnect];
+    pub const ALL: [DropReason; Self::COUNT] = [
+        DropReason::TxFull,
+        DropReason::PortDown,
+        DropReason::NoXconnect,
+    ];
 
     /// The name used in counters, logs and the control API.
     pub const fn name(self) -> &'static str {
@@ -155,7 +158,8 @@ mod tests {
         for (i, r) in DropReason::ALL.iter().enumerate() {
             assert_eq!(*r as usize, i);
         }
-        let names: std::collections::HashSet<_> = DropReason::ALL.iter().map(|r| r.name()).collect();
+        let names: std::collections::HashSet<_> =
+            DropReason::ALL.iter().map(|r| r.name()).collect();
         assert_eq!(names.len(), DropReason::COUNT);
     }
 
@@ -166,7 +170,10 @@ mod tests {
         w.drop_packets(DropReason::PortDown, 3, 2);
         w.ports[3].rx_packets.add(10);
         assert_eq!(w.total_drops(), 7);
-        assert_eq!(w.drop_reasons().collect::<Vec<_>>(), vec![(DropReason::TxFull, 5), (DropReason::PortDown, 2)]);
+        assert_eq!(
+            w.drop_reasons().collect::<Vec<_>>(),
+            vec![(DropReason::TxFull, 5), (DropReason::PortDown, 2)]
+        );
         let mut t = PortTotals::default();
         t.accumulate(&w.ports[3]);
         t.accumulate(&w.ports[3]);

@@ -104,7 +104,12 @@ pub fn run(plan: &WorkerPlan, shared: &Shared, counters: &WorkerCounters) -> i32
     let burst_size = plan.burst_size.clamp(1, MAX_BURST as u16);
     let mut burst = Burst::new();
     let mut idle_polls = 0u32;
-    tracing::info!(worker = plan.worker, lcore = plan.lcore, queues = plan.jobs.len(), "worker polling");
+    tracing::info!(
+        worker = plan.worker,
+        lcore = plan.lcore,
+        queues = plan.jobs.len(),
+        "worker polling"
+    );
     while shared.is_running() {
         let mut rx_total = 0u64;
         let mut tx_total = 0u64;

@@ -20,8 +20,11 @@ fn hugepages_free() -> bool {
 
 /// A UDP or TCP frame with a distinct payload, built by etherparse.
 fn frame(i: u32, tcp: bool) -> Vec<u8> {
-    let builder = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
-        .ipv4([10, 0, 0, (i % 250) as u8 + 1], [10, 1, 0, 1], 64);
+    let builder = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]).ipv4(
+        [10, 0, 0, (i % 250) as u8 + 1],
+        [10, 1, 0, 1],
+        64,
+    );
     let payload: Vec<u8> = (0..(i % 200 + 18)).map(|b| (b as u8) ^ (i as u8)).collect();
     let mut out = Vec::new();
     if tcp {
@@ -60,8 +63,26 @@ fn run_worker(rig: &Rig, shared: &Arc<Shared>, counters: &Arc<WorkerCounters>) -
         burst_size: 32,
         idle_sleep_us: 0,
         jobs: vec![
-            RxJob { port: rig.a.id(), queue: 0, index: 0, out: Some(TxTarget { port: rig.b.id(), queue: 0, index: 1 }) },
-            RxJob { port: rig.b.id(), queue: 0, index: 1, out: Some(TxTarget { port: rig.a.id(), queue: 0, index: 0 }) },
+            RxJob {
+                port: rig.a.id(),
+                queue: 0,
+                index: 0,
+                out: Some(TxTarget {
+                    port: rig.b.id(),
+                    queue: 0,
+                    index: 1,
+                }),
+            },
+            RxJob {
+                port: rig.b.id(),
+                queue: 0,
+                index: 1,
+                out: Some(TxTarget {
+                    port: rig.a.id(),
+                    queue: 0,
+                    index: 0,
+                }),
+            },
         ],
     };
     let (s, c) = (Arc::clone(shared), Arc::clone(counters));
@@ -94,7 +115,9 @@ fn byte_for_byte(rig: &Rig) {
         });
     }
     for f in &frames_ba {
-        rig.b_in.enqueue(Mbuf::from_bytes(&rig.pool, f).expect("mbuf")).expect("room in b_in");
+        rig.b_in
+            .enqueue(Mbuf::from_bytes(&rig.pool, f).expect("mbuf"))
+            .expect("room in b_in");
     }
     wait_until("all frames out", || {
         while let Some(m) = rig.b_out.dequeue() {
@@ -132,9 +155,13 @@ fn link_down_and_tx_full(rig: &Rig) {
     shared.set_link(1, false);
     let lcore = run_worker(rig, &shared, &counters);
     for i in 0..40 {
-        rig.a_in.enqueue(Mbuf::from_bytes(&rig.pool, &frame(i, false)).expect("mbuf")).expect("room");
+        rig.a_in
+            .enqueue(Mbuf::from_bytes(&rig.pool, &frame(i, false)).expect("mbuf"))
+            .expect("room");
     }
-    wait_until("port-down drops", || counters.drops[DropReason::PortDown as usize].get() == 40);
+    wait_until("port-down drops", || {
+        counters.drops[DropReason::PortDown as usize].get() == 40
+    });
     assert_eq!(rig.b_out.count(), 0);
     assert_eq!(counters.ports[0].drops.get(), 40);
 
@@ -144,11 +171,17 @@ fn link_down_and_tx_full(rig: &Rig) {
     let total = 400u64;
     let mut fed = 0u64;
     while fed < total {
-        if rig.a_in.enqueue(Mbuf::from_bytes(&rig.pool, &frame(fed as u32, true)).expect("mbuf")).is_ok() {
+        if rig
+            .a_in
+            .enqueue(Mbuf::from_bytes(&rig.pool, &frame(fed as u32, true)).expect("mbuf"))
+            .is_ok()
+        {
             fed += 1;
         }
     }
-    wait_until("all 400 handled", || counters.ports[0].rx_packets.get() == 440);
+    wait_until("all 400 handled", || {
+        counters.ports[0].rx_packets.get() == 440
+    });
     shared.stop();
     assert_eq!(lcore::wait(lcore), 0);
     let held = u64::from(rig.b_out.count());
@@ -173,8 +206,13 @@ fn eal_worker_cross_connect() {
     let eal = Eal::init(&cfg, "eal-test").expect("EAL init (run scripts/setup.sh as root)");
     assert_eq!(lcore::worker_lcores(), vec![1]);
 
-    let pool = Mempool::new("test_pool", 4095, 64, ferrule_dataplane::dpdk::mempool::DEFAULT_DATA_ROOM)
-        .expect("mempool");
+    let pool = Mempool::new(
+        "test_pool",
+        4095,
+        64,
+        ferrule_dataplane::dpdk::mempool::DEFAULT_DATA_ROOM,
+    )
+    .expect("mempool");
     let mbuf_layout = Mbuf::from_bytes(&pool, &frame(7, true)).expect("mbuf");
     assert_eq!(mbuf_layout.as_ref(), frame(7, true).as_slice());
     assert_eq!(mbuf_layout.pkt_len() as usize, frame(7, true).len());
@@ -193,12 +231,28 @@ fn eal_worker_cross_connect() {
         assert!(p.link().up);
     }
     assert_eq!(a.driver(), "net_ring");
-    let rig = Rig { pool, a_in, a_out, b_in, b_out, a, b };
+    let rig = Rig {
+        pool,
+        a_in,
+        a_out,
+        b_in,
+        b_out,
+        a,
+        b,
+    };
 
     byte_for_byte(&rig);
     link_down_and_tx_full(&rig);
 
-    let Rig { pool, a_in, a_out, b_in, b_out, a, b } = rig;
+    let Rig {
+        pool,
+        a_in,
+        a_out,
+        b_in,
+        b_out,
+        a,
+        b,
+    } = rig;
     drop((a, b));
     drop((a_in, a_out, b_in, b_out));
     assert_eq!(pool.in_use(), 0, "every mbuf went back to the pool");

@@ -15,7 +15,11 @@ use std::time::{Duration, Instant};
 pub fn bin_dir() -> PathBuf {
     static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
     let exe = std::env::current_exe().expect("test executable path");
-    let dir = exe.parent().and_then(Path::parent).expect("target/<profile>").to_path_buf();
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>")
+        .to_path_buf();
     BUILT.get_or_init(|| {
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let mut cmd = Command::new(cargo);
@@ -23,11 +27,21 @@ pub fn bin_dir() -> PathBuf {
         if dir.file_name().is_some_and(|n| n == "release") {
             cmd.arg("--release");
         }
-        let status = cmd.current_dir(env!("CARGO_MANIFEST_DIR")).status().expect("run cargo build");
-        assert!(status.success(), "cargo build of ferruled/ferrulectl failed");
+        let status = cmd
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("run cargo build");
+        assert!(
+            status.success(),
+            "cargo build of ferruled/ferrulectl failed"
+        );
     });
     for b in ["ferruled", "ferrulectl"] {
-        assert!(dir.join(b).exists(), "{} missing: run `cargo build --workspace --bins` first", dir.join(b).display());
+        assert!(
+            dir.join(b).exists(),
+            "{} missing: run `cargo build --workspace --bins` first",
+            dir.join(b).display()
+        );
     }
     dir
 }
@@ -99,7 +113,11 @@ impl Ferruled {
     }
 
     /// As `start`, in a directory the caller prepared (pcap files, …).
-    pub fn start_in(dir: tempfile::TempDir, config: &str, prefix: &str) -> anyhow::Result<Ferruled> {
+    pub fn start_in(
+        dir: tempfile::TempDir,
+        config: &str,
+        prefix: &str,
+    ) -> anyhow::Result<Ferruled> {
         let cfg_path = dir.path().join("ferrule.toml");
         std::fs::write(&cfg_path, config)?;
         let socket = dir.path().join("ctl").join("ferrule.sock");
@@ -113,7 +131,13 @@ impl Ferruled {
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log)?)
             .spawn()?;
-        let mut d = Ferruled { child: Some(child), dir, socket, prefix: prefix.to_string(), log };
+        let mut d = Ferruled {
+            child: Some(child),
+            dir,
+            socket,
+            prefix: prefix.to_string(),
+            log,
+        };
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Some(status) = d.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
@@ -154,7 +178,11 @@ impl Ferruled {
         let mut all = vec!["--json"];
         all.extend_from_slice(args);
         let out = self.ctl(&all);
-        assert!(out.status.success(), "ferrulectl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "ferrulectl {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         serde_json::from_slice(&out.stdout).expect("ferrulectl --json prints JSON")
     }
 
@@ -178,7 +206,10 @@ impl Ferruled {
             if cond(&s) {
                 return s;
             }
-            assert!(Instant::now() < deadline, "timed out waiting for {what}; last stats: {s:#}");
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; last stats: {s:#}"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -186,7 +217,10 @@ impl Ferruled {
     /// Sends SIGTERM and waits (20 s at most) for the exit status.
     pub fn terminate(&mut self) -> ExitStatus {
         let mut child = self.child.take().expect("ferruled is running");
-        let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status();
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Some(status) = child.try_wait().expect("wait ferruled") {
@@ -195,7 +229,11 @@ impl Ferruled {
             if Instant::now() > deadline {
                 let _ = child.kill();
                 let status = child.wait().expect("wait ferruled");
-                panic!("ferruled ignored SIGTERM for 20 s (killed: {:?})\n{}", status.signal(), self.log_text());
+                panic!(
+                    "ferruled ignored SIGTERM for 20 s (killed: {:?})\n{}",
+                    status.signal(),
+                    self.log_text()
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -237,7 +275,11 @@ pub fn write_pcap(path: &Path, frames: &[Vec<u8>]) -> std::io::Result<()> {
 /// Reads the frames of a classic pcap file (either byte order, µs or ns stamps).
 pub fn read_pcap(path: &Path) -> anyhow::Result<Vec<Vec<u8>>> {
     let data = std::fs::read(path)?;
-    anyhow::ensure!(data.len() >= 24, "{}: shorter than a pcap header", path.display());
+    anyhow::ensure!(
+        data.len() >= 24,
+        "{}: shorter than a pcap header",
+        path.display()
+    );
     let magic = u32::from_le_bytes([data[0], data[1], data[2], data[3]]);
     let le = match magic {
         0xa1b2_c3d4 | 0xa1b2_3c4d => true,
@@ -257,7 +299,11 @@ pub fn read_pcap(path: &Path) -> anyhow::Result<Vec<Vec<u8>>> {
     while off + 16 <= data.len() {
         let incl = u32_at(off + 8) as usize;
         off += 16;
-        anyhow::ensure!(off + incl <= data.len(), "{}: truncated record", path.display());
+        anyhow::ensure!(
+            off + incl <= data.len(),
+            "{}: truncated record",
+            path.display()
+        );
         frames.push(data[off..off + incl].to_vec());
         off += incl;
     }

@@ -19,7 +19,8 @@ fn null_pair(prefix: &str) -> String {
 }
 
 fn u(v: &Value) -> u64 {
-    v.as_u64().unwrap_or_else(|| panic!("expected a number, got {v}"))
+    v.as_u64()
+        .unwrap_or_else(|| panic!("expected a number, got {v}"))
 }
 
 #[test]
@@ -54,19 +55,37 @@ fn forwards_reports_and_stops_cleanly_on_sigterm() {
     let out = d.ctl(&["ports"]);
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("pod0") && text.contains("uplink0") && text.contains("02:aa:00:00:00:01"), "{text}");
+    assert!(
+        text.contains("pod0") && text.contains("uplink0") && text.contains("02:aa:00:00:00:01"),
+        "{text}"
+    );
     let out = d.ctl(&["stats"]);
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("WORKER") && text.contains("pod0/0"), "{text}");
 
     let v = d.ctl_json(&["version"]);
-    assert_eq!(v["daemon"]["api_version"].as_u64().or(v["api_version"].as_u64()), Some(1), "{v}");
+    assert_eq!(
+        v["daemon"]["api_version"]
+            .as_u64()
+            .or(v["api_version"].as_u64()),
+        Some(1),
+        "{v}"
+    );
 
     let status = d.terminate();
-    assert_eq!(status.code(), Some(0), "exit status; log:\n{}", d.log_text());
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "exit status; log:\n{}",
+        d.log_text()
+    );
     assert!(!d.socket.exists(), "control socket removed");
-    assert!(leftovers(&prefix).is_empty(), "hugepage/runtime files left: {:?}", leftovers(&prefix));
+    assert!(
+        leftovers(&prefix).is_empty(),
+        "hugepage/runtime files left: {:?}",
+        leftovers(&prefix)
+    );
     assert!(d.log_text().contains("ferruled stopped"));
 }
 
@@ -74,12 +93,20 @@ fn forwards_reports_and_stops_cleanly_on_sigterm() {
 fn crafted_frames() -> Vec<Vec<u8>> {
     let mut frames = Vec::new();
     for i in 0u16..120 {
-        let payload: Vec<u8> = (0..(i as usize * 11) % 1400).map(|b| (b as u8).wrapping_mul(7) ^ i as u8).collect();
+        let payload: Vec<u8> = (0..(i as usize * 11) % 1400)
+            .map(|b| (b as u8).wrapping_mul(7) ^ i as u8)
+            .collect();
         let mut f = Vec::new();
         let eth = PacketBuilder::ethernet2([2, 0, 0, 0, 1, i as u8], [2, 0, 0, 0, 2, 1]);
         match i % 4 {
-            0 => eth.ipv4([10, 0, 0, 1], [10, 0, 1, i as u8], 64).udp(1000 + i, 53).write(&mut f, &payload),
-            1 => eth.ipv4([10, 0, 0, 2], [192, 0, 2, 1], 3).tcp(40000 + i, 443, u32::from(i), 1024).write(&mut f, &payload),
+            0 => eth
+                .ipv4([10, 0, 0, 1], [10, 0, 1, i as u8], 64)
+                .udp(1000 + i, 53)
+                .write(&mut f, &payload),
+            1 => eth
+                .ipv4([10, 0, 0, 2], [192, 0, 2, 1], 3)
+                .tcp(40000 + i, 443, u32::from(i), 1024)
+                .write(&mut f, &payload),
             2 => eth
                 .single_vlan(etherparse::VlanId::try_new(100 + i).expect("vlan id"))
                 .ipv4([10, 0, 0, 3], [10, 9, 9, 9], 64)
@@ -118,7 +145,9 @@ fn pcap_frames_come_out_byte_for_byte() {
     );
     let mut d = Ferruled::start_in(dir, &cfg, &prefix).expect("start ferruled");
     let n = frames.len() as u64;
-    let s = d.wait_stats("all frames forwarded", |s| u(&s["totals"]["tx_packets"]) == n);
+    let s = d.wait_stats("all frames forwarded", |s| {
+        u(&s["totals"]["tx_packets"]) == n
+    });
     assert_eq!(u(&s["totals"]["rx_packets"]), n);
     assert_eq!(u(&s["totals"]["drops"]), 0);
     let bytes: u64 = frames.iter().map(|f| f.len() as u64).sum();
@@ -136,22 +165,39 @@ fn pcap_frames_come_out_byte_for_byte() {
 fn control_socket_survives_bad_requests() {
     let prefix = unique_prefix("rpc");
     let mut d = Ferruled::start(&null_pair(&prefix), &prefix).expect("start ferruled");
-    let r: Value = serde_json::from_str(&d.raw_request(b"{not json").expect("reply")).expect("json reply");
+    let r: Value =
+        serde_json::from_str(&d.raw_request(b"{not json").expect("reply")).expect("json reply");
     assert_eq!(r["error"]["code"], -32700);
     let r: Value = serde_json::from_str(
-        &d.raw_request(br#"{"jsonrpc":"2.0","id":7,"method":"ports.frobnicate"}"#).expect("reply"),
-    )
-    .expect("json");
-    assert_eq!((r["id"].as_u64(), r["error"]["code"].as_i64()), (Some(7), Some(-32601)));
-    let r: Value = serde_json::from_str(
-        &d.raw_request(br#"{"jsonrpc":"2.0","id":8,"method":"stats.get","params":{"verbose":true}}"#)
+        &d.raw_request(br#"{"jsonrpc":"2.0","id":7,"method":"ports.frobnicate"}"#)
             .expect("reply"),
     )
     .expect("json");
+    assert_eq!(
+        (r["id"].as_u64(), r["error"]["code"].as_i64()),
+        (Some(7), Some(-32601))
+    );
+    let r: Value = serde_json::from_str(
+        &d.raw_request(
+            br#"{"jsonrpc":"2.0","id":8,"method":"stats.get","params":{"verbose":true}}"#,
+        )
+        .expect("reply"),
+    )
+    .expect("json");
     assert_eq!(r["error"]["code"], -32602);
-    assert!(r["error"]["message"].as_str().unwrap_or("").contains("verbose"), "{r}");
-    let big = format!(r#"{{"jsonrpc":"2.0","id":9,"method":"version","params":{{"x":"{}"}}}}"#, "a".repeat(2 << 20));
-    let r: Value = serde_json::from_str(&d.raw_request(big.as_bytes()).expect("reply")).expect("json");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("verbose"),
+        "{r}"
+    );
+    let big = format!(
+        r#"{{"jsonrpc":"2.0","id":9,"method":"version","params":{{"x":"{}"}}}}"#,
+        "a".repeat(2 << 20)
+    );
+    let r: Value =
+        serde_json::from_str(&d.raw_request(big.as_bytes()).expect("reply")).expect("json");
     assert_eq!(r["error"]["code"], -32600);
     // Still alive and answering.
     assert!(d.ctl(&["version"]).status.success());
@@ -173,8 +219,15 @@ fn a_second_daemon_on_the_same_socket_is_refused() {
         .output()
         .expect("run ferruled");
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("in use"), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(d.ctl(&["version"]).status.success(), "the first daemon is untouched");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("in use"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        d.ctl(&["version"]).status.success(),
+        "the first daemon is untouched"
+    );
     assert!(d.socket.exists());
 }
 
@@ -191,7 +244,10 @@ fn run_ferruled(cfg_text: &str, extra: &[&str]) -> (Option<i32>, String) {
         .stdin(Stdio::null())
         .output()
         .expect("run ferruled");
-    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[test]
@@ -199,20 +255,32 @@ fn bad_configuration_names_key_and_line_and_exits_2() {
     let prefix = unique_prefix("badcfg");
     let good = null_pair(&prefix);
     let line_of = |text: &str, needle: &str| {
-        text.lines().position(|l| l.contains(needle)).map(|i| i + 1).expect("needle in config")
+        text.lines()
+            .position(|l| l.contains(needle))
+            .map(|i| i + 1)
+            .expect("needle in config")
     };
     let bad = good.replace("role = \"uplink\"", "role = \"uplink\"\nspeed = 10");
     let (code, err) = run_ferruled(&bad, &[]);
     assert_eq!(code, Some(2), "{err}");
-    assert!(err.contains("speed") && err.contains(&format!(":{}:", line_of(&bad, "speed"))), "{err}");
+    assert!(
+        err.contains("speed") && err.contains(&format!(":{}:", line_of(&bad, "speed"))),
+        "{err}"
+    );
     let bad = good.replace("02:aa:00:00:00:01", "02:aa:00:00:01");
     let (code, err) = run_ferruled(&bad, &[]);
     assert_eq!(code, Some(2), "{err}");
     let want = format!(":{}:", line_of(&bad, "02:aa:00:00:01"));
     assert!(err.contains("port[0].mac") && err.contains(&want), "{err}");
-    let (code, err) = run_ferruled(&good.replace("xconnect = \"pod0\"", "xconnect = \"pod9\""), &[]);
+    let (code, err) = run_ferruled(
+        &good.replace("xconnect = \"pod0\"", "xconnect = \"pod9\""),
+        &[],
+    );
     assert_eq!(code, Some(2), "{err}");
-    assert!(err.contains("port[1].xconnect") && err.contains("pod9"), "{err}");
+    assert!(
+        err.contains("port[1].xconnect") && err.contains("pod9"),
+        "{err}"
+    );
     let (code, out) = run_ferruled(&good, &["--check"]);
     assert_eq!(code, Some(0), "{out}");
 }
@@ -220,9 +288,15 @@ fn bad_configuration_names_key_and_line_and_exits_2() {
 #[test]
 fn a_port_that_fails_to_start_is_named() {
     let prefix = unique_prefix("badport");
-    let cfg = null_pair(&prefix).replace(&format!("net_null_{}1", prefix.replace('-', "_")), "net_nosuchdriver0");
+    let cfg = null_pair(&prefix).replace(
+        &format!("net_null_{}1", prefix.replace('-', "_")),
+        "net_nosuchdriver0",
+    );
     let (code, err) = run_ferruled(&cfg, &[]);
     assert_eq!(code, Some(1), "{err}");
-    assert!(err.contains("port \"uplink0\"") && err.contains("net_nosuchdriver0"), "{err}");
+    assert!(
+        err.contains("port \"uplink0\"") && err.contains("net_nosuchdriver0"),
+        "{err}"
+    );
     assert!(leftovers(&prefix).is_empty());
 }

@@ -57,12 +57,18 @@ struct Args {
 
 fn load_config(args: &Args) -> Result<(Config, String), String> {
     let (mut cfg, source) = match &args.config {
-        Some(path) => (Config::load(path).map_err(|e| e.to_string())?, path.display().to_string()),
+        Some(path) => (
+            Config::load(path).map_err(|e| e.to_string())?,
+            path.display().to_string(),
+        ),
         None if std::path::Path::new(DEFAULT_CONFIG_PATH).exists() => (
             Config::load(std::path::Path::new(DEFAULT_CONFIG_PATH)).map_err(|e| e.to_string())?,
             DEFAULT_CONFIG_PATH.to_string(),
         ),
-        None => (Config::embedded_default().map_err(|e| e.to_string())?, "<embedded default>".into()),
+        None => (
+            Config::embedded_default().map_err(|e| e.to_string())?,
+            "<embedded default>".into(),
+        ),
     };
     if let Some(socket) = &args.socket {
         cfg.control.socket = socket.clone();
@@ -71,8 +77,14 @@ fn load_config(args: &Args) -> Result<(Config, String), String> {
         cfg.eal.hugepages = false;
     }
     if let Some(prefix) = &args.file_prefix {
-        if prefix.is_empty() || !prefix.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
-            return Err(format!("--file-prefix {prefix:?}: use only A-Z a-z 0-9 - _ ."));
+        if prefix.is_empty()
+            || !prefix
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        {
+            return Err(format!(
+                "--file-prefix {prefix:?}: use only A-Z a-z 0-9 - _ ."
+            ));
         }
         cfg.eal.file_prefix = prefix.clone();
     }
@@ -82,10 +94,12 @@ fn load_config(args: &Args) -> Result<(Config, String), String> {
 /// Free 2 MiB hugepages, as the kernel reports them (None when unknown).
 fn free_hugepage_mb() -> Option<u64> {
     let read = |size: &str, mb: u64| {
-        std::fs::read_to_string(format!("/sys/kernel/mm/hugepages/hugepages-{size}/free_hugepages"))
-            .ok()
-            .and_then(|s| s.trim().parse::<u64>().ok())
-            .map(|n| n * mb)
+        std::fs::read_to_string(format!(
+            "/sys/kernel/mm/hugepages/hugepages-{size}/free_hugepages"
+        ))
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .map(|n| n * mb)
     };
     match (read("2048kB", 2), read("1048576kB", 1024)) {
         (None, None) => None,
@@ -97,7 +111,10 @@ fn init_logging(level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(level))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
 }
 
 fn main() -> ExitCode {

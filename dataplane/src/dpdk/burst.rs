@@ -28,7 +28,10 @@ impl std::fmt::Debug for Burst {
 
 impl Burst {
     pub const fn new() -> Self {
-        Burst { len: 0, pkts: [std::ptr::null_mut(); MAX_BURST] }
+        Burst {
+            len: 0,
+            pkts: [std::ptr::null_mut(); MAX_BURST],
+        }
     }
 
     #[inline(always)]
@@ -55,7 +58,12 @@ impl Burst {
         // SAFETY: the destination has `want` free slots after len; rx_burst writes at
         // most `want` mbuf pointers there and hands their ownership to us.
         let n = unsafe {
-            ferrule_ffi::ferrule_eth_rx_burst(port, queue, self.pkts.as_mut_ptr().add(self.len), want)
+            ferrule_ffi::ferrule_eth_rx_burst(
+                port,
+                queue,
+                self.pkts.as_mut_ptr().add(self.len),
+                want,
+            )
         };
         self.len += usize::from(n);
         usize::from(n)
@@ -85,7 +93,9 @@ impl Burst {
     pub fn free_all(&mut self) {
         if self.len > 0 {
             // SAFETY: the first len slots hold owned mbufs, freed exactly once here.
-            unsafe { ferrule_ffi::ferrule_pktmbuf_free_bulk(self.pkts.as_mut_ptr(), self.len as u32) };
+            unsafe {
+                ferrule_ffi::ferrule_pktmbuf_free_bulk(self.pkts.as_mut_ptr(), self.len as u32)
+            };
             self.len = 0;
         }
     }

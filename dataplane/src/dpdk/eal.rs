@@ -110,7 +110,10 @@ impl Eal {
     /// Starts the EAL with a raw argument vector (program name first).
     pub fn init_args(args: Vec<String>) -> Result<Eal, DpdkError> {
         if EAL_STARTED.swap(true, Ordering::SeqCst) {
-            return Err(DpdkError::new("rte_eal_init: already started in this process", 114));
+            return Err(DpdkError::new(
+                "rte_eal_init: already started in this process",
+                114,
+            ));
         }
         let cargs: Vec<CString> = args
             .iter()
@@ -169,7 +172,10 @@ mod tests {
 
     #[test]
     fn args_for_virtual_ports_only_skip_pci() {
-        let cfg = EalConfig { hugepages: false, ..EalConfig::default() };
+        let cfg = EalConfig {
+            hugepages: false,
+            ..EalConfig::default()
+        };
         let a = cfg.args("ferruled");
         assert_eq!(a[0], "ferruled");
         assert!(a.windows(2).any(|w| w == ["-l", "0,1"]));

@@ -103,7 +103,11 @@ impl EthPort {
     pub fn probe(devargs: &str) -> Result<EthPort, DpdkError> {
         let name = devargs_name(devargs).to_string();
         if let Some(id) = port_by_name(&name) {
-            return Ok(EthPort { id, name, started: false });
+            return Ok(EthPort {
+                id,
+                name,
+                started: false,
+            });
         }
         let cdev = CString::new(devargs)
             .map_err(|_| DpdkError::new(format!("devargs {devargs:?} contain NUL"), 22))?;
@@ -111,7 +115,11 @@ impl EthPort {
         let rc = unsafe { ferrule_ffi::rte_dev_probe(cdev.as_ptr()) };
         check(|| format!("rte_dev_probe({devargs})"), rc)?;
         match port_by_name(&name) {
-            Some(id) => Ok(EthPort { id, name, started: false }),
+            Some(id) => Ok(EthPort {
+                id,
+                name,
+                started: false,
+            }),
             None => Err(DpdkError::new(
                 format!("rte_dev_probe({devargs}): no ethdev named {name:?} appeared"),
                 19,
@@ -141,7 +149,11 @@ impl EthPort {
         if rc < 0 {
             return Err(DpdkError::last(format!("rte_eth_from_rings({name})")));
         }
-        Ok(EthPort { id: rc as u16, name: name.to_string(), started: false })
+        Ok(EthPort {
+            id: rc as u16,
+            name: name.to_string(),
+            started: false,
+        })
     }
 
     /// DPDK port id.
@@ -163,10 +175,19 @@ impl EthPort {
         let rc = unsafe {
             ferrule_ffi::rte_eth_dev_configure(id, conf.rx_queues, conf.tx_queues, &eth_conf)
         };
-        check(|| format!("rte_eth_dev_configure({name}, {} rxq, {} txq)", conf.rx_queues, conf.tx_queues), rc)?;
+        check(
+            || {
+                format!(
+                    "rte_eth_dev_configure({name}, {} rxq, {} txq)",
+                    conf.rx_queues, conf.tx_queues
+                )
+            },
+            rc,
+        )?;
         let (mut nb_rx, mut nb_tx) = (conf.rx_desc, conf.tx_desc);
         // SAFETY: valid port id and out-pointers.
-        let rc = unsafe { ferrule_ffi::rte_eth_dev_adjust_nb_rx_tx_desc(id, &mut nb_rx, &mut nb_tx) };
+        let rc =
+            unsafe { ferrule_ffi::rte_eth_dev_adjust_nb_rx_tx_desc(id, &mut nb_rx, &mut nb_tx) };
         check(|| format!("rte_eth_dev_adjust_nb_rx_tx_desc({name})"), rc)?;
         // SAFETY: plain getter on a valid port id.
         let socket = unsafe { ferrule_ffi::rte_eth_dev_socket_id(id) };
@@ -175,13 +196,22 @@ impl EthPort {
             // SAFETY: valid port/queue; NULL rx_conf means driver defaults; the pool
             // outlives the port (documented on Mempool).
             let rc = unsafe {
-                ferrule_ffi::rte_eth_rx_queue_setup(id, q, nb_rx, socket, std::ptr::null(), pool.as_ptr())
+                ferrule_ffi::rte_eth_rx_queue_setup(
+                    id,
+                    q,
+                    nb_rx,
+                    socket,
+                    std::ptr::null(),
+                    pool.as_ptr(),
+                )
             };
             check(|| format!("rte_eth_rx_queue_setup({name}, queue {q})"), rc)?;
         }
         for q in 0..conf.tx_queues {
             // SAFETY: valid port/queue; NULL tx_conf means driver defaults.
-            let rc = unsafe { ferrule_ffi::rte_eth_tx_queue_setup(id, q, nb_tx, socket, std::ptr::null()) };
+            let rc = unsafe {
+                ferrule_ffi::rte_eth_tx_queue_setup(id, q, nb_tx, socket, std::ptr::null())
+            };
             check(|| format!("rte_eth_tx_queue_setup({name}, queue {q})"), rc)?;
         }
         if let Some(mtu) = conf.mtu {
@@ -307,7 +337,9 @@ impl EthPort {
             return String::new();
         }
         // SAFETY: driver_name points to a static NUL-terminated string of the driver.
-        unsafe { CStr::from_ptr(info.driver_name) }.to_string_lossy().into_owned()
+        unsafe { CStr::from_ptr(info.driver_name) }
+            .to_string_lossy()
+            .into_owned()
     }
 }
 

@@ -101,7 +101,9 @@ impl Mbuf {
 
     /// Removes `len` bytes from the front of the data; false when shorter.
     pub fn adj(&mut self, len: usize) -> bool {
-        let Ok(len16) = u16::try_from(len) else { return false };
+        let Ok(len16) = u16::try_from(len) else {
+            return false;
+        };
         // SAFETY: exclusive ownership; adj returns NULL without changing the mbuf when
         // the first segment is shorter than len.
         !unsafe { ferrule_ffi::ferrule_pktmbuf_adj(self.ptr.as_ptr(), len16) }.is_null()
@@ -109,7 +111,9 @@ impl Mbuf {
 
     /// Removes `len` bytes from the end; false when shorter.
     pub fn trim(&mut self, len: usize) -> bool {
-        let Ok(len16) = u16::try_from(len) else { return false };
+        let Ok(len16) = u16::try_from(len) else {
+            return false;
+        };
         // SAFETY: exclusive ownership; trim fails without changing the mbuf.
         unsafe { ferrule_ffi::ferrule_pktmbuf_trim(self.ptr.as_ptr(), len16) == 0 }
     }

@@ -27,15 +27,22 @@ impl Mempool {
     pub fn new(name: &str, count: u32, cache: u32, data_room: u16) -> Result<Mempool, DpdkError> {
         let cname = CString::new(name)
             .map_err(|_| DpdkError::new(format!("mempool {name:?}: name contains NUL"), 22))?;
-        let cache = cache.min(ferrule_ffi::RTE_MEMPOOL_CACHE_MAX_SIZE).min(count / 2);
+        let cache = cache
+            .min(ferrule_ffi::RTE_MEMPOOL_CACHE_MAX_SIZE)
+            .min(count / 2);
         // SAFETY: cname is a valid C string for the duration of the call; the other
         // arguments are plain integers. SOCKET_ID_ANY is -1.
         let ptr = unsafe {
             ferrule_ffi::rte_pktmbuf_pool_create(cname.as_ptr(), count, cache, 0, data_room, -1)
         };
         NonNull::new(ptr)
-            .map(|ptr| Mempool { ptr, name: name.to_string() })
-            .ok_or_else(|| DpdkError::last(format!("rte_pktmbuf_pool_create({name}, {count} mbufs)")))
+            .map(|ptr| Mempool {
+                ptr,
+                name: name.to_string(),
+            })
+            .ok_or_else(|| {
+                DpdkError::last(format!("rte_pktmbuf_pool_create({name}, {count} mbufs)"))
+            })
     }
 
     /// The raw pool, for the DPDK calls that take one.

@@ -40,7 +40,11 @@ impl DpdkError {
         let message = unsafe { CStr::from_ptr(ferrule_ffi::rte_strerror(errno)) }
             .to_string_lossy()
             .into_owned();
-        DpdkError { op: op.into(), errno, message }
+        DpdkError {
+            op: op.into(),
+            errno,
+            message,
+        }
     }
 
     /// Builds an error from the current `rte_errno`.
@@ -63,7 +67,9 @@ pub(crate) fn check(op: impl FnOnce() -> String, rc: i32) -> Result<i32, DpdkErr
 /// DPDK's version string, e.g. `DPDK 22.11.11`.
 pub fn version() -> String {
     // SAFETY: rte_version returns a pointer to a static NUL-terminated string.
-    unsafe { CStr::from_ptr(ferrule_ffi::rte_version()) }.to_string_lossy().into_owned()
+    unsafe { CStr::from_ptr(ferrule_ffi::rte_version()) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// TSC cycles since an arbitrary start, for timing in the poll loop.

@@ -22,8 +22,8 @@ impl Ring {
     /// Creates a ring holding up to `size - 1` mbufs (`size` a power of two). With
     /// `single` true it is single-producer/single-consumer: one thread on each side.
     pub fn new(name: &str, size: u32, single: bool) -> Result<Ring, DpdkError> {
-        let cname =
-            CString::new(name).map_err(|_| DpdkError::new(format!("ring {name:?}: NUL in name"), 22))?;
+        let cname = CString::new(name)
+            .map_err(|_| DpdkError::new(format!("ring {name:?}: NUL in name"), 22))?;
         let flags = if single {
             ferrule_ffi::RING_F_SP_ENQ | ferrule_ffi::RING_F_SC_DEQ
         } else {
