@@ -69,8 +69,18 @@ pub struct Daemon {
 }
 
 /// The EAL settings for a configuration: vdev ports are hot-plugged after start-up, so
-/// only PCI ports go on the allow-list (and none means `--no-pci`).
+/// only PCI ports go on the allow-list (and none means `--no-pci`). A `virtio_user`
+/// port shares Ferrule's memory with its vhost-user backend, which needs
+/// `--single-file-segments`; it is added when such a port is configured.
 pub fn eal_config(cfg: &Config) -> EalConfig {
+    let mut extra_args = cfg.eal.extra_args.clone();
+    let shares_memory = cfg
+        .ports
+        .iter()
+        .any(|p| ethdev::devargs_name(&p.devargs).starts_with("virtio_user"));
+    if shares_memory && !extra_args.iter().any(|a| a == "--single-file-segments") {
+        extra_args.push("--single-file-segments".into());
+    }
     EalConfig {
         lcores: cfg.eal.lcores.clone(),
         memory_mb: cfg.eal.memory_mb,
@@ -86,7 +96,7 @@ pub fn eal_config(cfg: &Config) -> EalConfig {
         vdevs: Vec::new(),
         log_level: cfg.eal.log_level.clone(),
         telemetry: cfg.eal.telemetry,
-        extra_args: cfg.eal.extra_args.clone(),
+        extra_args,
     }
 }
 

@@ -118,11 +118,29 @@ impl Ferruled {
         config: &str,
         prefix: &str,
     ) -> anyhow::Result<Ferruled> {
+        Self::start_wrapped(dir, config, prefix, &[])
+    }
+
+    /// As `start_in`, with ferruled run under `wrapper` (e.g. `ip netns exec NS`).
+    pub fn start_wrapped(
+        dir: tempfile::TempDir,
+        config: &str,
+        prefix: &str,
+        wrapper: &[String],
+    ) -> anyhow::Result<Ferruled> {
         let cfg_path = dir.path().join("ferrule.toml");
         std::fs::write(&cfg_path, config)?;
         let socket = dir.path().join("ctl").join("ferrule.sock");
         let log = dir.path().join("ferruled.log");
-        let child = Command::new(ferruled_bin())
+        let mut cmd = match wrapper.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(ferruled_bin());
+                c
+            }
+            None => Command::new(ferruled_bin()),
+        };
+        let child = cmd
             .arg("--config")
             .arg(&cfg_path)
             .arg("--socket")
@@ -308,4 +326,52 @@ pub fn read_pcap(path: &Path) -> anyhow::Result<Vec<Vec<u8>>> {
         off += incl;
     }
     Ok(frames)
+}
+
+/// A network namespace created for one test, deleted on drop.
+pub struct Netns {
+    pub name: String,
+}
+
+impl Netns {
+    pub fn new(tag: &str) -> anyhow::Result<Netns> {
+        let name = format!("ferrule-{tag}-{}", std::process::id());
+        let _ = Command::new("ip")
+            .args(["netns", "del", &name])
+            .stderr(Stdio::null())
+            .status();
+        let st = Command::new("ip").args(["netns", "add", &name]).status()?;
+        anyhow::ensure!(st.success(), "ip netns add {name} failed (run as root)");
+        let ns = Netns { name };
+        ns.exec(&["ip", "link", "set", "lo", "up"])?;
+        Ok(ns)
+    }
+
+    /// Runs a command inside the namespace; fails on a non-zero exit.
+    pub fn exec(&self, args: &[&str]) -> anyhow::Result<()> {
+        let st = Command::new("ip")
+            .args(["netns", "exec", &self.name])
+            .args(args)
+            .status()?;
+        anyhow::ensure!(st.success(), "in netns {}: {args:?} failed", self.name);
+        Ok(())
+    }
+
+    /// The wrapper that runs a program inside the namespace.
+    pub fn wrapper(&self) -> Vec<String> {
+        vec![
+            "ip".into(),
+            "netns".into(),
+            "exec".into(),
+            self.name.clone(),
+        ]
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+    }
 }
