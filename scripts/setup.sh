@@ -7,7 +7,8 @@
 #   FERRULE_HUGEPAGES=1024 scripts/setup.sh   # how many 2 MiB pages to reserve (default 1024)
 #
 # When hugepages cannot be had, it says so and how to run without them (--no-huge);
-# the daemon, the demo and the tests fall back to --no-huge by themselves.
+# `make demo` and `make test` then fall back to --no-huge by themselves, while ferruled
+# itself refuses to start without its hugepages and says how to fix it.
 set -euo pipefail
 
 PAGES="${FERRULE_HUGEPAGES:-1024}"

@@ -100,7 +100,7 @@ pub struct PortInfo {
     /// MAC address, `aa:bb:cc:dd:ee:ff`.
     pub mac: String,
     pub mtu: u16,
-    /// Number of receive queues (one per polling worker).
+    /// Receive queues of the port (spread round-robin over the workers; RSS when > 1).
     pub rx_queues: u16,
     /// Where the static cross-connect sends this port's traffic, if anywhere.
     pub xconnect: Option<String>,
@@ -128,7 +128,7 @@ pub struct WorkerStats {
     pub worker: u32,
     /// EAL lcore the worker runs on.
     pub lcore: u32,
-    /// Receive queues it polls, as `port/queue`.
+    /// Receive queues it polls, as `<port name>/<queue>`.
     pub queues: Vec<String>,
     /// Poll-loop iterations.
     pub polls: u64,

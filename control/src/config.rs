@@ -126,7 +126,7 @@ struct RawEal {
     hugepages: bool,
     in_memory: bool,
     file_prefix: Spanned<String>,
-    log_level: String,
+    log_level: Spanned<String>,
     telemetry: bool,
     extra_args: Vec<String>,
 }
@@ -139,7 +139,7 @@ impl Default for RawEal {
             hugepages: true,
             in_memory: true,
             file_prefix: Spanned::new(0..0, "ferrule".into()),
-            log_level: "notice".into(),
+            log_level: Spanned::new(0..0, "notice".into()),
             telemetry: false,
             extra_args: Vec::new(),
         }
@@ -169,10 +169,10 @@ impl Default for RawControl {
 struct RawDataplane {
     burst_size: Spanned<u16>,
     mbufs: Spanned<u32>,
-    mbuf_cache: u32,
+    mbuf_cache: Spanned<u32>,
     rx_desc: Spanned<u16>,
     tx_desc: Spanned<u16>,
-    idle_sleep_us: u32,
+    idle_sleep_us: Spanned<u32>,
     link_poll_ms: Spanned<u64>,
 }
 
@@ -181,10 +181,10 @@ impl Default for RawDataplane {
         RawDataplane {
             burst_size: Spanned::new(0..0, 32),
             mbufs: Spanned::new(0..0, 16383),
-            mbuf_cache: 256,
+            mbuf_cache: Spanned::new(0..0, 256),
             rx_desc: Spanned::new(0..0, 1024),
             tx_desc: Spanned::new(0..0, 1024),
-            idle_sleep_us: 0,
+            idle_sleep_us: Spanned::new(0..0, 0),
             link_poll_ms: Spanned::new(0..0, 1000),
         }
     }
@@ -193,15 +193,48 @@ impl Default for RawDataplane {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, default)]
 struct RawLog {
-    level: String,
+    level: Spanned<String>,
 }
 
 impl Default for RawLog {
     fn default() -> Self {
         RawLog {
-            level: "info".into(),
+            level: Spanned::new(0..0, "info".into()),
         }
     }
+}
+
+/// A `[log] level` value: `LEVEL` or `TARGET=LEVEL` directives, comma-separated.
+fn valid_log_filter(s: &str) -> bool {
+    const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+    let directive_ok = |d: &str| {
+        let level = d
+            .rsplit('=')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        LEVELS.contains(&level.as_str())
+    };
+    !s.trim().is_empty()
+        && s.split(',').all(directive_ok)
+        && tracing_subscriber::EnvFilter::try_new(s).is_ok()
+}
+
+/// An EAL `--log-level` value: `LEVEL` or `PATTERN:LEVEL`.
+fn valid_eal_log_level(s: &str) -> bool {
+    const NAMES: [&str; 8] = [
+        "emergency",
+        "alert",
+        "critical",
+        "error",
+        "warning",
+        "notice",
+        "info",
+        "debug",
+    ];
+    let level = s.rsplit(':').next().unwrap_or("");
+    NAMES.contains(&level) || level.parse::<u8>().is_ok_and(|n| (1..=8).contains(&n))
 }
 
 #[derive(Deserialize)]
@@ -449,13 +482,26 @@ impl RawConfig {
                 }
             }
         }
+        let level = self.log.level.get_ref();
+        if !valid_log_filter(level) {
+            return Err(ctx.err(
+                self.log.level.span(),
+                "log.level",
+                format!(
+                    "{level:?} is not a log filter: LEVEL or TARGET=LEVEL, comma-separated, \
+                     LEVEL one of off, error, warn, info, debug, trace \
+                     (e.g. info or ferrule_control=debug,info)"
+                ),
+            ));
+        }
+        let log = LogSection {
+            level: level.clone(),
+        };
         Ok(Config {
             eal,
             control,
             dataplane,
-            log: LogSection {
-                level: self.log.level,
-            },
+            log,
             ports,
         })
     }
@@ -501,13 +547,24 @@ impl RawEal {
                 format!("{prefix:?} must be non-empty and use only A-Z a-z 0-9 - _ ."),
             ));
         }
+        let level = self.log_level.get_ref();
+        if !valid_eal_log_level(level) {
+            return Err(ctx.err(
+                self.log_level.span(),
+                "eal.log_level",
+                format!(
+                    "{level:?} is not an EAL log level: one of emergency, alert, critical, \
+                     error, warning, notice, info, debug or 1-8, optionally after PATTERN:"
+                ),
+            ));
+        }
         Ok(EalSection {
             lcores: lcores.clone(),
             memory_mb: mem,
             hugepages: self.hugepages,
             in_memory: self.in_memory,
             file_prefix: prefix.clone(),
-            log_level: self.log_level,
+            log_level: self.log_level.into_inner(),
             telemetry: self.telemetry,
             extra_args: self.extra_args,
         })
@@ -567,6 +624,25 @@ impl RawDataplane {
                 return Err(ctx.err(v.span(), key, format!("{n} is outside 64..=16384")));
             }
         }
+        let cache = *self.mbuf_cache.get_ref();
+        // DPDK's limits: at most 512 per lcore, and the pool at least 1.5 times the cache.
+        if cache > 512 || u64::from(cache) * 3 > u64::from(mbufs) * 2 {
+            return Err(ctx.err(
+                self.mbuf_cache.span(),
+                "dataplane.mbuf_cache",
+                format!(
+                    "{cache} must be at most 512 and at most dataplane.mbufs / 1.5 ({mbufs} mbufs)"
+                ),
+            ));
+        }
+        let idle = *self.idle_sleep_us.get_ref();
+        if idle > 100_000 {
+            return Err(ctx.err(
+                self.idle_sleep_us.span(),
+                "dataplane.idle_sleep_us",
+                format!("{idle} is above 100000 (100 ms)"),
+            ));
+        }
         let poll = *self.link_poll_ms.get_ref();
         if poll == 0 {
             return Err(ctx.err(
@@ -578,10 +654,10 @@ impl RawDataplane {
         Ok(DataplaneSection {
             burst_size: burst,
             mbufs,
-            mbuf_cache: self.mbuf_cache,
+            mbuf_cache: cache,
             rx_desc: *self.rx_desc.get_ref(),
             tx_desc: *self.tx_desc.get_ref(),
-            idle_sleep_us: self.idle_sleep_us,
+            idle_sleep_us: idle,
             link_poll_ms: poll,
         })
     }
@@ -672,6 +748,24 @@ mac = "02:00:00:00:00:0b"
 
         let e = parse("[eal]\nlcores = [3]\n").unwrap_err();
         assert_eq!((e.key.as_deref(), e.line), (Some("eal.lcores"), Some(2)));
+    }
+
+    #[test]
+    fn log_levels_and_pool_limits_are_checked() {
+        let e = parse("[log]\nlevel = \"loud\"\n").unwrap_err();
+        assert_eq!((e.key.as_deref(), e.line), (Some("log.level"), Some(2)));
+        assert!(parse("[log]\nlevel = \"ferrule_control=debug,warn\"\n").is_ok());
+        let e = parse("[eal]\nlog_level = \"chatty\"\n").unwrap_err();
+        assert_eq!((e.key.as_deref(), e.line), (Some("eal.log_level"), Some(2)));
+        assert!(parse("[eal]\nlog_level = \"pmd.net.*:debug\"\n").is_ok());
+        assert!(parse("[eal]\nlog_level = \"7\"\n").is_ok());
+        let e = parse("[dataplane]\nmbufs = 1024\nmbuf_cache = 700\n").unwrap_err();
+        assert_eq!(
+            (e.key.as_deref(), e.line),
+            (Some("dataplane.mbuf_cache"), Some(3))
+        );
+        let e = parse("[dataplane]\nidle_sleep_us = 5000000\n").unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("dataplane.idle_sleep_us"));
     }
 
     #[test]

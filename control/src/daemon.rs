@@ -100,6 +100,23 @@ pub fn eal_config(cfg: &Config) -> EalConfig {
     }
 }
 
+/// Bytes of buffer per mbuf: the default (2048 + headroom), or enough for the largest
+/// configured MTU plus Ethernet header, two VLAN tags and FCS, so that every frame a
+/// port may receive fits one segment.
+pub fn mbuf_data_room(cfg: &Config) -> u16 {
+    const L2_OVERHEAD: u32 = 14 + 8 + 4;
+    let max_mtu = cfg
+        .ports
+        .iter()
+        .map(|p| u32::from(p.mtu))
+        .max()
+        .unwrap_or(1500);
+    let need = dpdk::mempool::HEADROOM + max_mtu + L2_OVERHEAD;
+    let room = need.max(u32::from(dpdk::mempool::DEFAULT_DATA_ROOM));
+    // Round up to a cache line; MTU is validated ≤ 9600, so this fits in u16.
+    u16::try_from(room.div_ceil(64) * 64).unwrap_or(u16::MAX)
+}
+
 /// Spreads every port's receive queues over the workers, round-robin in configuration
 /// order. Each worker transmits on its own queue (its index) of every port.
 pub fn plan_workers(cfg: &Config, worker_lcores: &[u32], port_ids: &[u16]) -> Vec<WorkerPlan> {
@@ -152,7 +169,7 @@ impl Daemon {
             "ferrule_mbufs",
             cfg.dataplane.mbufs,
             cfg.dataplane.mbuf_cache,
-            dpdk::mempool::DEFAULT_DATA_ROOM,
+            mbuf_data_room(cfg),
         )
         .map_err(|err| StartError::Mempool {
             mbufs: cfg.dataplane.mbufs,
@@ -523,6 +540,36 @@ xconnect = "a"
                 index: 0
             })
         );
+    }
+
+    #[test]
+    fn mbufs_hold_the_largest_frame() {
+        let c = cfg(&[1], PORTS);
+        assert_eq!(mbuf_data_room(&c), dpdk::mempool::DEFAULT_DATA_ROOM);
+        let jumbo = cfg(
+            &[1],
+            &PORTS.replace("role = \"uplink\"", "role = \"uplink\"\nmtu = 9000"),
+        );
+        let room = u32::from(mbuf_data_room(&jumbo));
+        assert!(
+            room >= dpdk::mempool::HEADROOM + 9000 + 26 && room % 64 == 0,
+            "{room}"
+        );
+    }
+
+    #[test]
+    fn virtio_user_ports_get_single_file_segments() {
+        let c = cfg(
+            &[1],
+            &PORTS.replace("net_null1", "virtio_user0,path=/tmp/v.sock"),
+        );
+        assert!(eal_config(&c)
+            .extra_args
+            .contains(&"--single-file-segments".to_string()));
+        assert!(!eal_config(&cfg(&[1], PORTS))
+            .extra_args
+            .iter()
+            .any(|a| a == "--single-file-segments"));
     }
 
     #[test]

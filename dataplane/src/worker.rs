@@ -101,6 +101,14 @@ impl Shared {
 
 /// Runs the poll loop until `shared.stop()`; returns 0.
 pub fn run(plan: &WorkerPlan, shared: &Shared, counters: &WorkerCounters) -> i32 {
+    if plan.jobs.is_empty() {
+        tracing::info!(
+            worker = plan.worker,
+            lcore = plan.lcore,
+            "worker has no receive queues; idle"
+        );
+        return 0;
+    }
     let burst_size = plan.burst_size.clamp(1, MAX_BURST as u16);
     let mut burst = Burst::new();
     let mut idle_polls = 0u32;

@@ -300,3 +300,24 @@ fn a_port_that_fails_to_start_is_named() {
     );
     assert!(leftovers(&prefix).is_empty());
 }
+
+#[test]
+fn multi_queue_ports_are_polled_on_every_queue() {
+    let prefix = unique_prefix("mq");
+    let cfg = null_pair(&prefix).replace(
+        "xconnect = \"uplink0\"\n",
+        "xconnect = \"uplink0\"\nrx_queues = 2\n",
+    );
+    let mut d = Ferruled::start(&cfg, &prefix).expect("start ferruled");
+    let s = d.wait_stats("forwarding", |s| u(&s["totals"]["tx_packets"]) > 10_000);
+    let queues: Vec<&str> = s["workers"][0]["queues"]
+        .as_array()
+        .expect("queues")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(queues, vec!["pod0/0", "pod0/1", "uplink0/0"]);
+    let ports = d.ctl_json(&["ports"]);
+    assert_eq!(ports["ports"][0]["rx_queues"], 2);
+    assert_eq!(d.terminate().code(), Some(0), "{}", d.log_text());
+}

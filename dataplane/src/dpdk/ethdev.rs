@@ -71,6 +71,19 @@ pub fn devargs_name(devargs: &str) -> &str {
     devargs.split(',').next().unwrap_or(devargs).trim()
 }
 
+/// The name DPDK gives the ethdev of these devargs: the vdev name, or the PCI address
+/// with its domain (`01:00.0` → `0000:01:00.0`).
+pub fn ethdev_name(devargs: &str) -> String {
+    let name = devargs_name(devargs);
+    if is_pci_address(name) && name.split(':').count() == 2 {
+        format!("0000:{}", name.to_ascii_lowercase())
+    } else if is_pci_address(name) {
+        name.to_ascii_lowercase()
+    } else {
+        name.to_string()
+    }
+}
+
 /// Whether devargs name a PCI device (`0000:01:00.0` or `01:00.0`).
 pub fn is_pci_address(devargs: &str) -> bool {
     let name = devargs_name(devargs);
@@ -101,7 +114,7 @@ impl EthPort {
     /// does not exist yet — the usual case for a vdev; PCI devices are probed by the
     /// EAL at start-up from its allow-list.
     pub fn probe(devargs: &str) -> Result<EthPort, DpdkError> {
-        let name = devargs_name(devargs).to_string();
+        let name = ethdev_name(devargs);
         if let Some(id) = port_by_name(&name) {
             return Ok(EthPort {
                 id,
@@ -170,8 +183,22 @@ impl EthPort {
     pub fn configure(&mut self, conf: &PortConf, pool: &Mempool) -> Result<(), DpdkError> {
         let id = self.id;
         let name = self.name.clone();
-        let eth_conf = ferrule_ffi::rte_eth_conf::default();
-        // SAFETY: eth_conf is a valid, zero-initialised configuration (defaults).
+        let mut eth_conf = ferrule_ffi::rte_eth_conf::default();
+        if conf.rx_queues > 1 {
+            // Several receive queues: spread flows over them with RSS on every flow
+            // type the device hashes.
+            let mut info = ferrule_ffi::rte_eth_dev_info::default();
+            // SAFETY: valid port id and out-pointer.
+            let rc = unsafe { ferrule_ffi::rte_eth_dev_info_get(id, &mut info) };
+            check(|| format!("rte_eth_dev_info_get({name})"), rc)?;
+            if info.flow_type_rss_offloads != 0 {
+                eth_conf.rxmode.mq_mode = ferrule_ffi::rte_eth_rx_mq_mode_RTE_ETH_MQ_RX_RSS;
+                eth_conf.rx_adv_conf.rss_conf.rss_hf = info.flow_type_rss_offloads;
+            } else {
+                tracing::warn!(port = %name, "driver has no RSS; its receive queues are filled by the driver's own policy");
+            }
+        }
+        // SAFETY: eth_conf is a valid configuration, zero (default) but for RSS.
         let rc = unsafe {
             ferrule_ffi::rte_eth_dev_configure(id, conf.rx_queues, conf.tx_queues, &eth_conf)
         };
@@ -374,6 +401,13 @@ mod tests {
         assert!(!is_pci_address("net_pcap0,rx_pcap=a.pcap"));
         assert!(!is_pci_address("0000:01:00"));
         assert!(!is_pci_address("zz00:01:00.0"));
+    }
+
+    #[test]
+    fn ethdev_names_of_pci_ports_carry_the_domain() {
+        assert_eq!(ethdev_name("01:00.1"), "0000:01:00.1");
+        assert_eq!(ethdev_name("0000:AF:00.0,foo=1"), "0000:af:00.0");
+        assert_eq!(ethdev_name("net_tap0,iface=x"), "net_tap0");
     }
 
     #[test]

@@ -7,6 +7,9 @@ use std::ptr::NonNull;
 /// Default data room of an mbuf: 2048 bytes of packet plus the standard headroom.
 pub const DEFAULT_DATA_ROOM: u16 = ferrule_ffi::RTE_MBUF_DEFAULT_BUF_SIZE as u16;
 
+/// Headroom DPDK reserves in front of the packet data of every mbuf.
+pub const HEADROOM: u32 = ferrule_ffi::RTE_PKTMBUF_HEADROOM;
+
 /// A pool of mbufs. Every port and ring that hands out its mbufs, and every `Mbuf`
 /// taken from it, must be gone before the pool is dropped.
 #[derive(Debug)]
