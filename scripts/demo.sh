@@ -44,7 +44,9 @@ echo "\$ ferrulectl ports"
 echo
 echo "\$ ferrulectl stats"
 "$FERRULECTL" --socket "$sock" stats
-tx=$("$FERRULECTL" --socket "$sock" --json stats | tr -d ' \n' | sed -n 's/.*"totals":{"rx_packets":[0-9]*,"tx_packets":\([0-9]*\).*/\1/p')
+# totals.tx_packets: the first "tx_packets" after "totals" (drop_reasons holds none).
+json=$("$FERRULECTL" --socket "$sock" --json stats | tr -d ' \n')
+tx=$(printf '%s' "${json#*\"totals\":}" | grep -o '"tx_packets":[0-9]*' | head -n 1 | cut -d: -f2)
 echo
 if [ -z "$tx" ] || [ "$tx" -eq 0 ]; then
     echo "demo: FAILED: no packets forwarded" >&2
