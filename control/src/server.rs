@@ -179,22 +179,11 @@ impl Server {
         }
         remove_stale_socket(&path)?;
 
-        let mut listener = UnixListener::bind(&path).map_err(|e| {
-            ServerError::io(format!("cannot bind control socket {}", path.display()), e)
+        let mut listener = bind_private(&path)?;
+        let meta = fs::symlink_metadata(&path).map_err(|e| {
+            let _ = fs::remove_file(&path);
+            ServerError::io(format!("cannot stat control socket {}", path.display()), e)
         })?;
-        // The parent directory and the process umask guard the short window before this.
-        let meta = fs::symlink_metadata(&path)
-            .and_then(|meta| {
-                fs::set_permissions(&path, fs::Permissions::from_mode(0o600))?;
-                Ok(meta)
-            })
-            .map_err(|e| {
-                let _ = fs::remove_file(&path);
-                ServerError::io(
-                    format!("cannot restrict control socket {}", path.display()),
-                    e,
-                )
-            })?;
         let socket_id = (meta.dev(), meta.ino());
 
         let poll = Poll::new().map_err(|e| ServerError::io("cannot create poll instance", e))?;
@@ -408,6 +397,46 @@ impl Drop for Server {
             _ => {}
         }
     }
+}
+
+/// Binds the socket so that it is never reachable with looser permissions than 0600:
+/// it is bound inside a fresh 0700 staging directory next to `path`, restricted to 0600
+/// there, then renamed into place (atomic, same directory tree). When the staging path
+/// would be too long for a socket address, it binds in place and restricts right after.
+fn bind_private(path: &Path) -> Result<UnixListener, ServerError> {
+    let parent = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let staging = parent.join(format!(".fr{}", std::process::id()));
+    let staged = staging.join("s");
+    let restrict = |p: &Path| fs::set_permissions(p, fs::Permissions::from_mode(0o600));
+    // sun_path holds 107 bytes plus the NUL.
+    if staged.as_os_str().len() < 108 {
+        let _ = fs::remove_dir_all(&staging);
+        if DirBuilder::new().mode(0o700).create(&staging).is_ok() {
+            let result = UnixListener::bind(&staged).and_then(|l| {
+                restrict(&staged)?;
+                fs::rename(&staged, path)?;
+                Ok(l)
+            });
+            let _ = fs::remove_dir_all(&staging);
+            return result.map_err(|e| {
+                ServerError::io(format!("cannot bind control socket {}", path.display()), e)
+            });
+        }
+    }
+    let listener = UnixListener::bind(path).map_err(|e| {
+        ServerError::io(format!("cannot bind control socket {}", path.display()), e)
+    })?;
+    restrict(path).map_err(|e| {
+        let _ = fs::remove_file(path);
+        ServerError::io(
+            format!("cannot restrict control socket {}", path.display()),
+            e,
+        )
+    })?;
+    Ok(listener)
 }
 
 /// Makes `path` free for binding: nothing there, or a socket nobody listens on (removed).
