@@ -124,7 +124,8 @@ pub struct DropCount {
 /// Counters of one worker lcore.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct WorkerStats {
-    /// Worker index (0-based).
+    /// Worker index (0-based); the control thread is listed last, after the workers,
+    /// with `queues` = `["control"]`.
     pub worker: u32,
     /// EAL lcore the worker runs on.
     pub lcore: u32,
@@ -136,6 +137,15 @@ pub struct WorkerStats {
     pub busy_polls: u64,
     pub rx_packets: u64,
     pub tx_packets: u64,
+    /// Replies Ferrule answered itself (ARP, neighbour advertisements, echo).
+    #[serde(default)]
+    pub local_replies: u64,
+    /// ICMP errors sent (time exceeded, fragmentation needed, packet too big).
+    #[serde(default)]
+    pub icmp_errors: u64,
+    /// Packets handed to the control thread.
+    #[serde(default)]
+    pub punts: u64,
     /// Total drops; by reason in `drop_reasons` (only non-zero reasons are listed).
     pub drops: u64,
     pub drop_reasons: Vec<DropCount>,
@@ -167,4 +177,214 @@ pub struct Totals {
     pub tx_packets: u64,
     pub drops: u64,
     pub drop_reasons: Vec<DropCount>,
+}
+
+/// Route methods' names.
+pub mod route_method {
+    pub const ADD: &str = "route.add";
+    pub const DEL: &str = "route.del";
+    pub const DUMP: &str = "route.dump";
+}
+
+/// Neighbour methods' names.
+pub mod neigh_method {
+    pub const ADD: &str = "neigh.add";
+    pub const DEL: &str = "neigh.del";
+    pub const DUMP: &str = "neigh.dump";
+}
+
+/// Trace methods' names.
+pub mod trace_method {
+    /// Run a synthetic packet through the current pipeline.
+    pub const RUN: &str = "trace.run";
+    /// Capture the next packets received on a port, with their path.
+    pub const START: &str = "trace.start";
+    /// The packets captured so far.
+    pub const DUMP: &str = "trace.dump";
+}
+
+/// Params of `route.add`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RouteAdd {
+    /// Network (VRF); default `default`.
+    #[serde(default)]
+    pub network: Option<String>,
+    /// `ADDR/LEN` (host bits must be clear), or a bare address for a host route.
+    pub prefix: String,
+    /// Output port (exclusive with `blackhole`).
+    #[serde(default)]
+    pub port: Option<String>,
+    /// Next-hop address, resolved by ARP/ND on the port; absent means on-link.
+    #[serde(default)]
+    pub via: Option<String>,
+    /// Drop matching packets.
+    #[serde(default)]
+    pub blackhole: bool,
+}
+
+/// Params of `route.del`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RouteDel {
+    #[serde(default)]
+    pub network: Option<String>,
+    pub prefix: String,
+}
+
+/// Params of `route.dump` and `neigh.dump`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkFilter {
+    #[serde(default)]
+    pub network: Option<String>,
+}
+
+/// One route of `route.dump`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RouteEntry {
+    pub network: String,
+    pub prefix: String,
+    /// `port`, `blackhole` or `local` (an address of Ferrule's own).
+    pub kind: String,
+    #[serde(default)]
+    pub port: Option<String>,
+    #[serde(default)]
+    pub via: Option<String>,
+    /// Where it comes from: `config`, `api`, `connected` (a port address's subnet),
+    /// `pod` (a pod port's address) or `local`.
+    pub source: String,
+}
+
+/// Result of `route.dump`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RouteDump {
+    pub routes: Vec<RouteEntry>,
+}
+
+/// Params of `neigh.add`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct NeighAdd {
+    #[serde(default)]
+    pub network: Option<String>,
+    pub ip: String,
+    pub mac: String,
+    pub port: String,
+}
+
+/// Params of `neigh.del`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct NeighDel {
+    #[serde(default)]
+    pub network: Option<String>,
+    pub ip: String,
+}
+
+/// One neighbour of `neigh.dump`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct NeighEntry {
+    pub network: String,
+    pub ip: String,
+    /// Empty while `incomplete`.
+    pub mac: String,
+    pub port: String,
+    /// `static`, `reachable`, `stale` or `incomplete` (resolution under way).
+    pub state: String,
+    /// Seconds since it was learned or last confirmed (0 for static entries).
+    pub age_secs: f64,
+    /// Packets held waiting for this neighbour (incomplete entries).
+    #[serde(default)]
+    pub held_packets: u32,
+}
+
+/// Result of `neigh.dump`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct NeighDump {
+    pub neighbors: Vec<NeighEntry>,
+}
+
+/// Params of `trace.run`: a synthetic packet, as if received on `in_port`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TraceRun {
+    pub in_port: String,
+    /// tcp, udp, sctp, icmp or icmpv6.
+    pub proto: String,
+    /// `IP` or `IP:PORT` (`[IPv6]:PORT`).
+    pub src: String,
+    pub dst: String,
+    /// e.g. `SYN,ACK` (tcp only; default SYN).
+    #[serde(default)]
+    pub tcp_flags: Option<String>,
+    /// Total IP length in bytes (default: the smallest packet of the protocol).
+    #[serde(default)]
+    pub len: Option<u16>,
+    /// IPv4 TTL / IPv6 hop limit (default 64).
+    #[serde(default)]
+    pub ttl: Option<u8>,
+    /// Source MAC (default: the pod's MAC on pod ports, else a fixed local MAC).
+    #[serde(default)]
+    pub src_mac: Option<String>,
+    /// Destination MAC (default: the port's own MAC).
+    #[serde(default)]
+    pub dst_mac: Option<String>,
+}
+
+/// One stage of a trace.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct TraceStage {
+    /// Stage name: `parse`, `l2`, `local`, `ttl`, `route`, `neighbor`, `mtu`, `rewrite`, …
+    pub stage: String,
+    /// What it looked at and what it decided.
+    pub detail: String,
+}
+
+/// The verdict of a trace.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "action", rename_all = "lowercase")]
+pub enum TraceVerdict {
+    /// Sent out of `port`.
+    Forward { port: String },
+    /// Dropped for `reason` (a drop-reason name).
+    Drop { reason: String },
+}
+
+/// Result of `trace.run`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct TraceResult {
+    pub stages: Vec<TraceStage>,
+    pub verdict: TraceVerdict,
+}
+
+/// Params of `trace.start`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TraceStart {
+    pub port: String,
+    /// How many packets to capture (1..=1000).
+    pub count: u32,
+}
+
+/// A captured packet of `trace.dump`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TracedPacket {
+    pub port: String,
+    /// Seconds since the daemon started.
+    pub time_secs: f64,
+    /// Original length on the wire.
+    pub len: u32,
+    /// The first bytes of the packet as received, hex.
+    pub data_hex: String,
+    pub stages: Vec<TraceStage>,
+    pub verdict: TraceVerdict,
+}
+
+/// Result of `trace.dump`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TraceDump {
+    /// Packets still to capture.
+    pub remaining: u32,
+    pub packets: Vec<TracedPacket>,
 }

@@ -6,6 +6,7 @@
 use crate::api::{PortRole, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_SOCKET};
 use serde::Deserialize;
 use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use toml::Spanned;
@@ -22,6 +23,9 @@ pub const MAX_BURST_SIZE: u16 = 256;
 
 /// Most ports one daemon drives.
 pub const MAX_PORTS: usize = 32;
+
+/// Most networks (VRFs) one daemon serves.
+pub const MAX_NETWORKS: usize = 256;
 
 /// A configuration error: where (file, line, key) and what.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -44,6 +48,10 @@ pub struct Config {
     pub dataplane: DataplaneSection,
     pub log: LogSection,
     pub ports: Vec<PortConfig>,
+    /// Networks; index 0 is always the cluster default network.
+    pub networks: Vec<NetworkConfig>,
+    pub routes: Vec<RouteConfig>,
+    pub neighbors: Vec<NeighborConfig>,
 }
 
 /// `[eal]`.
@@ -97,8 +105,124 @@ pub struct PortConfig {
     pub mac: Option<[u8; 6]>,
     pub mtu: u16,
     pub rx_queues: u16,
-    /// Name of the port this one's traffic is cross-connected to.
+    /// Name of the port this one's traffic is cross-connected to (bypasses the
+    /// pipeline).
     pub xconnect: Option<String>,
+    /// The network (VRF) the port belongs to.
+    pub network: String,
+    /// Pod ports: the pod's addresses (each gets a /32 or /128 route to the port).
+    pub pod_ips: Vec<IpAddr>,
+    /// Pod ports: the pod interface's MAC, the destination MAC of frames to the pod.
+    pub pod_mac: Option<[u8; 6]>,
+    /// Uplink and host ports: Ferrule's own addresses on the port (the node IPs) with
+    /// their subnets; each subnet is a connected route and Ferrule answers ARP/ND for
+    /// the address.
+    pub addresses: Vec<IpCidr>,
+}
+
+/// An address with a prefix length, e.g. `192.0.2.10/24`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct IpCidr {
+    pub addr: IpAddr,
+    pub len: u8,
+}
+
+impl IpCidr {
+    /// The network address (host bits cleared).
+    pub fn network(&self) -> IpAddr {
+        match self.addr {
+            IpAddr::V4(a) => {
+                let mask = if self.len == 0 { 0 } else { u32::MAX << (32 - u32::from(self.len)) };
+                IpAddr::V4(Ipv4Addr::from(u32::from(a) & mask))
+            }
+            IpAddr::V6(a) => {
+                let mask = if self.len == 0 { 0 } else { u128::MAX << (128 - u32::from(self.len)) };
+                IpAddr::V6(Ipv6Addr::from(u128::from(a) & mask))
+            }
+        }
+    }
+
+    /// Whether `ip` is inside this prefix.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let other = IpCidr { addr: ip, len: self.len };
+        ip.is_ipv4() == self.addr.is_ipv4() && other.network() == self.network()
+    }
+}
+
+impl std::fmt::Display for IpCidr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.addr, self.len)
+    }
+}
+
+impl std::str::FromStr for IpCidr {
+    type Err = String;
+
+    /// `ADDR/LEN`, or a bare address (a host route: /32 or /128).
+    fn from_str(s: &str) -> Result<IpCidr, String> {
+        let (a, l) = match s.split_once('/') {
+            Some((a, l)) => (a, Some(l)),
+            None => (s, None),
+        };
+        let addr: IpAddr = a.trim().parse().map_err(|_| format!("{a:?} is not an IP address"))?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let len = match l {
+            None => max,
+            Some(l) => l
+                .trim()
+                .parse::<u8>()
+                .ok()
+                .filter(|&n| n <= max)
+                .ok_or_else(|| format!("{l:?} is not a prefix length 0..={max}"))?,
+        };
+        Ok(IpCidr { addr, len })
+    }
+}
+
+/// Name of the cluster default network, which always exists.
+pub const DEFAULT_NETWORK: &str = "default";
+
+/// Default IPv4 gateway address pods see (as the AWS VPC CNI gives pods).
+pub const DEFAULT_GATEWAY_V4: Ipv4Addr = Ipv4Addr::new(169, 254, 1, 1);
+
+/// Default IPv6 gateway address pods see (link-local).
+pub const DEFAULT_GATEWAY_V6: Ipv6Addr = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 1);
+
+/// One network (VRF): the default network is id 0, then `[[network]]`s in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetworkConfig {
+    pub name: String,
+    /// The pods' IPv4 gateway (answered on every pod port of the network).
+    pub gateway_v4: Ipv4Addr,
+    /// The pods' IPv6 gateway.
+    pub gateway_v6: Ipv6Addr,
+}
+
+/// What a route does with matching packets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouteTarget {
+    /// Out of `port`, to the next hop `via`, or straight to the destination (on-link).
+    Port { port: usize, via: Option<IpAddr> },
+    /// Dropped (`blackhole`).
+    Blackhole,
+}
+
+/// A `[[route]]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteConfig {
+    /// Network index (into `Config::networks`).
+    pub network: usize,
+    pub prefix: IpCidr,
+    pub target: RouteTarget,
+}
+
+/// A static `[[neighbor]]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NeighborConfig {
+    pub network: usize,
+    pub ip: IpAddr,
+    pub mac: [u8; 6],
+    pub port: usize,
 }
 
 // ---- raw (as written) ----
@@ -116,6 +240,46 @@ struct RawConfig {
     log: RawLog,
     #[serde(default)]
     port: Vec<RawPort>,
+    #[serde(default)]
+    network: Vec<RawNetwork>,
+    #[serde(default)]
+    route: Vec<RawRoute>,
+    #[serde(default)]
+    neighbor: Vec<RawNeighbor>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNetwork {
+    name: Spanned<String>,
+    #[serde(default)]
+    gateway_v4: Option<Spanned<String>>,
+    #[serde(default)]
+    gateway_v6: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRoute {
+    #[serde(default)]
+    network: Option<Spanned<String>>,
+    prefix: Spanned<String>,
+    #[serde(default)]
+    port: Option<Spanned<String>>,
+    #[serde(default)]
+    via: Option<Spanned<String>>,
+    #[serde(default)]
+    blackhole: Option<Spanned<bool>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNeighbor {
+    #[serde(default)]
+    network: Option<Spanned<String>>,
+    ip: Spanned<String>,
+    mac: Spanned<String>,
+    port: Spanned<String>,
 }
 
 #[derive(Deserialize)]
@@ -251,6 +415,14 @@ struct RawPort {
     rx_queues: Spanned<u16>,
     #[serde(default)]
     xconnect: Option<Spanned<String>>,
+    #[serde(default)]
+    network: Option<Spanned<String>>,
+    #[serde(default)]
+    pod_ips: Option<Spanned<Vec<String>>>,
+    #[serde(default)]
+    pod_mac: Option<Spanned<String>>,
+    #[serde(default)]
+    addresses: Option<Spanned<Vec<String>>>,
 }
 
 fn default_mtu() -> Spanned<u16> {
@@ -377,6 +549,15 @@ impl RawConfig {
         if self.port.len() > MAX_PORTS {
             return Err(ctx.err(0..0, "port", format!("at most {MAX_PORTS} ports")));
         }
+        let networks = validate_networks(&self.network, ctx)?;
+        let net_index = |n: &Option<Spanned<String>>, key: &str| -> Result<usize, ConfigError> {
+            match n {
+                None => Ok(0),
+                Some(n) => networks.iter().position(|x| x.name == *n.get_ref()).ok_or_else(|| {
+                    ctx.err(n.span(), key, format!("no network named {:?}", n.get_ref()))
+                }),
+            }
+        };
         let mut by_name: HashMap<&str, usize> = HashMap::new();
         let mut devargs_seen: HashMap<&str, usize> = HashMap::new();
         let mut ports = Vec::with_capacity(self.port.len());
@@ -450,6 +631,8 @@ impl RawConfig {
                     format!("{rxq} is outside 1..=16"),
                 ));
             }
+            let network = net_index(&p.network, &key("network"))?;
+            let (pod_ips, pod_mac, addresses) = validate_port_addressing(p, i, ctx)?;
             ports.push(PortConfig {
                 name: name.clone(),
                 devargs: devargs.to_string(),
@@ -458,6 +641,10 @@ impl RawConfig {
                 mtu,
                 rx_queues: rxq,
                 xconnect: p.xconnect.as_ref().map(|x| x.get_ref().clone()),
+                network: networks[network].name.clone(),
+                pod_ips,
+                pod_mac,
+                addresses,
             });
         }
         for (i, p) in self.port.iter().enumerate() {
@@ -494,17 +681,179 @@ impl RawConfig {
                 ),
             ));
         }
-        let log = LogSection {
-            level: level.clone(),
+        let log = LogSection { level: level.clone() };
+        let port_index = |n: &Spanned<String>, key: &str| -> Result<usize, ConfigError> {
+            by_name
+                .get(n.get_ref().as_str())
+                .copied()
+                .ok_or_else(|| ctx.err(n.span(), key, format!("no port named {:?}", n.get_ref())))
         };
-        Ok(Config {
-            eal,
-            control,
-            dataplane,
-            log,
-            ports,
-        })
+        let port_network = |port: usize| networks.iter().position(|n| n.name == ports[port].network);
+        let mut routes: Vec<RouteConfig> = Vec::with_capacity(self.route.len());
+        for (i, r) in self.route.iter().enumerate() {
+            let key = |f: &str| format!("route[{i}].{f}");
+            let network = net_index(&r.network, &key("network"))?;
+            let prefix: IpCidr = r
+                .prefix
+                .get_ref()
+                .parse()
+                .map_err(|e: String| ctx.err(r.prefix.span(), &key("prefix"), e))?;
+            if prefix.network() != prefix.addr {
+                return Err(ctx.err(
+                    r.prefix.span(),
+                    &key("prefix"),
+                    format!("{prefix} has host bits set (the prefix is {}/{})", prefix.network(), prefix.len),
+                ));
+            }
+            let blackhole = r.blackhole.as_ref().is_some_and(|b| *b.get_ref());
+            let target = match (&r.port, blackhole) {
+                (Some(p), false) => {
+                    let port = port_index(p, &key("port"))?;
+                    if port_network(port) != Some(network) {
+                        return Err(ctx.err(
+                            p.span(),
+                            &key("port"),
+                            format!("port {:?} is in network {:?}", p.get_ref(), ports[port].network),
+                        ));
+                    }
+                    let via = match &r.via {
+                        None => None,
+                        Some(v) => {
+                            let ip: IpAddr = v.get_ref().parse().map_err(|_| {
+                                ctx.err(v.span(), &key("via"), format!("{:?} is not an IP address", v.get_ref()))
+                            })?;
+                            if ip.is_ipv4() != prefix.addr.is_ipv4() {
+                                return Err(ctx.err(v.span(), &key("via"), "next hop and prefix differ in IP version"));
+                            }
+                            Some(ip)
+                        }
+                    };
+                    RouteTarget::Port { port, via }
+                }
+                (None, true) => {
+                    if let Some(v) = &r.via {
+                        return Err(ctx.err(v.span(), &key("via"), "a blackhole route has no next hop"));
+                    }
+                    RouteTarget::Blackhole
+                }
+                (Some(p), true) => {
+                    return Err(ctx.err(p.span(), &key("port"), "give either port or blackhole = true, not both"))
+                }
+                (None, false) => {
+                    return Err(ctx.err(r.prefix.span(), &key("port"), "needs port = \"NAME\" or blackhole = true"))
+                }
+            };
+            if routes.iter().any(|x| x.network == network && x.prefix == prefix) {
+                return Err(ctx.err(r.prefix.span(), &key("prefix"), format!("{prefix} is routed twice")));
+            }
+            routes.push(RouteConfig { network, prefix, target });
+        }
+        let mut neighbors = Vec::with_capacity(self.neighbor.len());
+        for (i, n) in self.neighbor.iter().enumerate() {
+            let key = |f: &str| format!("neighbor[{i}].{f}");
+            let network = net_index(&n.network, &key("network"))?;
+            let ip: IpAddr = n.ip.get_ref().parse().map_err(|_| {
+                ctx.err(n.ip.span(), &key("ip"), format!("{:?} is not an IP address", n.ip.get_ref()))
+            })?;
+            let mac = parse_mac(n.mac.get_ref()).ok_or_else(|| {
+                ctx.err(n.mac.span(), &key("mac"), format!("{:?} is not a MAC address", n.mac.get_ref()))
+            })?;
+            let port = port_index(&n.port, &key("port"))?;
+            neighbors.push(NeighborConfig { network, ip, mac, port });
+        }
+        Ok(Config { eal, control, dataplane, log, ports, networks, routes, neighbors })
     }
+}
+
+fn validate_networks(raw: &[RawNetwork], ctx: &Ctx) -> Result<Vec<NetworkConfig>, ConfigError> {
+    let mut networks = vec![NetworkConfig {
+        name: DEFAULT_NETWORK.to_string(),
+        gateway_v4: DEFAULT_GATEWAY_V4,
+        gateway_v6: DEFAULT_GATEWAY_V6,
+    }];
+    for (i, n) in raw.iter().enumerate() {
+        let key = |f: &str| format!("network[{i}].{f}");
+        let name = n.name.get_ref();
+        if name.is_empty()
+            || name.len() > 32
+            || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        {
+            return Err(ctx.err(n.name.span(), &key("name"), format!("{name:?} is not a network name")));
+        }
+        let mut net = NetworkConfig {
+            name: name.clone(),
+            gateway_v4: DEFAULT_GATEWAY_V4,
+            gateway_v6: DEFAULT_GATEWAY_V6,
+        };
+        if let Some(g) = &n.gateway_v4 {
+            net.gateway_v4 = g.get_ref().parse().map_err(|_| {
+                ctx.err(g.span(), &key("gateway_v4"), format!("{:?} is not an IPv4 address", g.get_ref()))
+            })?;
+        }
+        if let Some(g) = &n.gateway_v6 {
+            net.gateway_v6 = g.get_ref().parse().map_err(|_| {
+                ctx.err(g.span(), &key("gateway_v6"), format!("{:?} is not an IPv6 address", g.get_ref()))
+            })?;
+        }
+        if name == DEFAULT_NETWORK {
+            networks[0] = net; // settings of the default network
+        } else if networks.iter().any(|x| x.name == *name) {
+            return Err(ctx.err(n.name.span(), &key("name"), format!("network {name:?} is defined twice")));
+        } else {
+            networks.push(net);
+        }
+    }
+    if networks.len() > MAX_NETWORKS {
+        return Err(ctx.err(0..0, "network", format!("at most {MAX_NETWORKS} networks")));
+    }
+    Ok(networks)
+}
+
+type PortAddressing = (Vec<IpAddr>, Option<[u8; 6]>, Vec<IpCidr>);
+
+fn validate_port_addressing(p: &RawPort, i: usize, ctx: &Ctx) -> Result<PortAddressing, ConfigError> {
+    let key = |f: &str| format!("port[{i}].{f}");
+    let mut pod_ips = Vec::new();
+    if let Some(ips) = &p.pod_ips {
+        if p.role != PortRole::Pod {
+            return Err(ctx.err(ips.span(), &key("pod_ips"), "only pod ports have pod_ips"));
+        }
+        for ip in ips.get_ref() {
+            let addr: IpAddr = ip
+                .parse()
+                .map_err(|_| ctx.err(ips.span(), &key("pod_ips"), format!("{ip:?} is not an IP address")))?;
+            pod_ips.push(addr);
+        }
+    }
+    let pod_mac = match &p.pod_mac {
+        None => None,
+        Some(m) => {
+            if p.role != PortRole::Pod {
+                return Err(ctx.err(m.span(), &key("pod_mac"), "only pod ports have a pod_mac"));
+            }
+            Some(parse_mac(m.get_ref()).ok_or_else(|| {
+                ctx.err(m.span(), &key("pod_mac"), format!("{:?} is not a MAC address", m.get_ref()))
+            })?)
+        }
+    };
+    if !pod_ips.is_empty() && pod_mac.is_none() {
+        return Err(ctx.err(
+            p.name.span(),
+            &key("pod_mac"),
+            "a pod port with pod_ips needs pod_mac (the pod interface's MAC)",
+        ));
+    }
+    let mut addresses = Vec::new();
+    if let Some(list) = &p.addresses {
+        if p.role == PortRole::Pod {
+            return Err(ctx.err(list.span(), &key("addresses"), "pod ports have pod_ips, not addresses"));
+        }
+        for a in list.get_ref() {
+            let cidr: IpCidr = a.parse().map_err(|e: String| ctx.err(list.span(), &key("addresses"), e))?;
+            addresses.push(cidr);
+        }
+    }
+    Ok((pod_ips, pod_mac, addresses))
 }
 
 impl RawEal {

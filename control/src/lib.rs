@@ -7,6 +7,8 @@ pub mod client;
 pub mod config;
 pub mod ctl;
 pub mod daemon;
+pub mod fib;
+pub mod resolver;
 pub mod rpc;
 pub mod server;
 pub mod table;

@@ -12,30 +12,75 @@ pub const MAX_PORTS: usize = 32;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum DropReason {
-    /// The output port's transmit queue was full.
-    TxFull = 0,
+    /// Headers that do not parse: truncated, bad lengths, bad IPv4 header checksum.
+    Malformed = 0,
+    /// A unicast frame for a MAC that is not the input port's.
+    DstMacMismatch,
+    /// An 802.1Q/QinQ-tagged frame (ports are untagged).
+    VlanTagged,
+    /// Neither IPv4, IPv6 nor ARP.
+    NotIp,
+    /// ARP or neighbour solicitation not for one of Ferrule's addresses.
+    ArpIgnored,
+    /// TTL or hop limit exhausted (an ICMP time exceeded went back).
+    TtlExceeded,
+    /// No route to the destination in the input port's network.
+    NoRoute,
+    /// The destination matched a blackhole route.
+    Blackhole,
+    /// The next hop's MAC could not be resolved.
+    NoNeighbour,
+    /// Larger than the output port's MTU (an ICMP error went back when allowed).
+    MtuExceeded,
     /// The output port's link is down.
-    PortDown = 1,
-    /// The input port has no cross-connect peer.
-    NoXconnect = 2,
+    PortDown,
+    /// The output port's transmit queue was full.
+    TxFull,
+    /// For one of Ferrule's addresses, but not something it answers (only ARP, ND and
+    /// echo are).
+    LocalUnhandled,
+    /// The queue to the control thread was full.
+    PuntFull,
 }
 
 impl DropReason {
     /// Number of reasons (the length of the per-worker drop array).
-    pub const COUNT: usize = 3;
+    pub const COUNT: usize = 14;
     /// All reasons, in counter order.
     pub const ALL: [DropReason; Self::COUNT] = [
-        DropReason::TxFull,
+        DropReason::Malformed,
+        DropReason::DstMacMismatch,
+        DropReason::VlanTagged,
+        DropReason::NotIp,
+        DropReason::ArpIgnored,
+        DropReason::TtlExceeded,
+        DropReason::NoRoute,
+        DropReason::Blackhole,
+        DropReason::NoNeighbour,
+        DropReason::MtuExceeded,
         DropReason::PortDown,
-        DropReason::NoXconnect,
+        DropReason::TxFull,
+        DropReason::LocalUnhandled,
+        DropReason::PuntFull,
     ];
 
-    /// The name used in counters, logs and the control API.
+    /// The name used in counters, logs, traces and the control API.
     pub const fn name(self) -> &'static str {
         match self {
-            DropReason::TxFull => "tx-full",
+            DropReason::Malformed => "malformed",
+            DropReason::DstMacMismatch => "dst-mac-mismatch",
+            DropReason::VlanTagged => "vlan-tagged",
+            DropReason::NotIp => "not-ip",
+            DropReason::ArpIgnored => "arp-ignored",
+            DropReason::TtlExceeded => "ttl-exceeded",
+            DropReason::NoRoute => "no-route",
+            DropReason::Blackhole => "blackhole",
+            DropReason::NoNeighbour => "no-neighbour",
+            DropReason::MtuExceeded => "mtu-exceeded",
             DropReason::PortDown => "port-down",
-            DropReason::NoXconnect => "no-xconnect",
+            DropReason::TxFull => "tx-full",
+            DropReason::LocalUnhandled => "local-unhandled",
+            DropReason::PuntFull => "punt-full",
         }
     }
 }
@@ -108,6 +153,12 @@ pub struct WorkerCounters {
     pub busy_polls: Counter,
     pub rx_packets: Counter,
     pub tx_packets: Counter,
+    /// Replies Ferrule answered itself (ARP, neighbour advertisements, echo).
+    pub local_replies: Counter,
+    /// ICMP errors sent (time exceeded, fragmentation needed, packet too big).
+    pub icmp_errors: Counter,
+    /// Packets handed to the control thread (to learn from, or held for resolution).
+    pub punts: Counter,
     /// Drops by reason, indexed by `DropReason as usize`.
     pub drops: [Counter; DropReason::COUNT],
     /// Per-port counters, indexed by the port's index in the configuration.
@@ -121,6 +172,9 @@ impl Default for WorkerCounters {
             busy_polls: Counter::default(),
             rx_packets: Counter::default(),
             tx_packets: Counter::default(),
+            local_replies: Counter::default(),
+            icmp_errors: Counter::default(),
+            punts: Counter::default(),
             drops: Default::default(),
             ports: std::array::from_fn(|_| PortCounters::default()),
         }
@@ -172,7 +226,7 @@ mod tests {
         assert_eq!(w.total_drops(), 7);
         assert_eq!(
             w.drop_reasons().collect::<Vec<_>>(),
-            vec![(DropReason::TxFull, 5), (DropReason::PortDown, 2)]
+            vec![(DropReason::PortDown, 2), (DropReason::TxFull, 5)]
         );
         let mut t = PortTotals::default();
         t.accumulate(&w.ports[3]);

@@ -2,8 +2,15 @@
 //! on byte slices without the EAL, plus the DPDK I/O layer (feature `dpdk`).
 
 pub mod counters;
+pub mod flow;
+pub mod lpm;
+pub mod pipeline;
+pub mod snapshot;
+pub mod wire;
 
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
+#[cfg(feature = "dpdk")]
+pub mod punt;
 #[cfg(feature = "dpdk")]
 pub mod worker;

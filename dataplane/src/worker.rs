@@ -1,10 +1,19 @@
-//! The worker poll loop: each worker owns a set of receive queues and, until the
-//! pipeline lands, forwards every burst by the static cross-connect of its input port.
-//! One burst at a time, counters once per burst, no locks, no allocation.
+//! The worker poll loop: each worker owns a set of receive queues, loads the current
+//! snapshot once per round, runs every received burst through the pipeline (or the
+//! static cross-connect of its input port), and transmits per output port. One burst
+//! at a time, counters once per burst, no locks, no heap allocation.
 
 use crate::counters::{DropReason, WorkerCounters, MAX_PORTS};
-use crate::dpdk::{Burst, MAX_BURST};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use crate::dpdk::{Burst, Mbuf, Mempool, MAX_BURST};
+use crate::pipeline::{self, icmp_error, Action, NoTrace};
+use crate::punt::{InjectItem, PuntItem, PuntQueues, TraceCapture, TRACE_SNAPLEN};
+use crossbeam_queue::ArrayQueue;
+
+/// Packets the control thread may have waiting for worker 0 to send.
+const INJECT_QUEUE: usize = 1024;
+use crate::snapshot::Snapshot;
+use arc_swap::ArcSwap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Where a cross-connected queue sends its packets.
@@ -26,14 +35,14 @@ pub struct RxJob {
     pub queue: u16,
     /// Port index in the configuration.
     pub index: usize,
-    /// Cross-connect peer; `None` drops as `no-xconnect`.
+    /// Cross-connect peer: the burst bypasses the pipeline. `None`: the pipeline.
     pub out: Option<TxTarget>,
 }
 
 /// What one worker does.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerPlan {
-    /// Worker index (0-based).
+    /// Worker index (0-based); also its transmit queue on every port.
     pub worker: usize,
     /// EAL lcore it runs on.
     pub lcore: u32,
@@ -48,28 +57,43 @@ pub struct WorkerPlan {
 /// Polls before an idle worker starts sleeping.
 const IDLE_POLLS_BEFORE_SLEEP: u32 = 1024;
 
-/// State the control thread shares with every worker: a stop flag and per-port link
-/// state, both read with relaxed loads once per burst.
+/// State the control thread shares with every worker: the stop flag, per-port link
+/// state, the current snapshot, the queues to the control thread and the live-trace
+/// arm. Workers only read it (and push to the queues).
 #[derive(Debug)]
 pub struct Shared {
     running: AtomicBool,
     link_up: [AtomicBool; MAX_PORTS],
-    /// Monotonic start time of forwarding, TSC-free (nanoseconds since UNIX epoch).
+    /// The current generation; workers load it once per poll round.
+    pub snapshot: ArcSwap<Snapshot>,
+    pub punt: PuntQueues,
+    /// Packets from the control thread for worker 0 to send.
+    pub inject: ArrayQueue<InjectItem>,
+    /// Port index + 1 whose received packets are being traced (0: none).
+    trace_port: AtomicU32,
+    /// Captures still wanted.
+    trace_remaining: AtomicU32,
+    /// DPDK port id of every configured port, for transmit (index → id).
+    dpdk_ids: [AtomicU32; MAX_PORTS],
     started_ns: AtomicU64,
 }
 
-impl Default for Shared {
-    fn default() -> Self {
+impl Shared {
+    pub fn new(snapshot: Snapshot, punt: PuntQueues) -> Shared {
         Shared {
             running: AtomicBool::new(true),
             link_up: std::array::from_fn(|_| AtomicBool::new(true)),
+            snapshot: ArcSwap::from_pointee(snapshot),
+            punt,
+            inject: ArrayQueue::new(INJECT_QUEUE),
+            trace_port: AtomicU32::new(0),
+            trace_remaining: AtomicU32::new(0),
+            dpdk_ids: std::array::from_fn(|i| AtomicU32::new(i as u32)),
             started_ns: AtomicU64::new(0),
         }
     }
-}
 
-impl Shared {
-    /// Tells every worker to leave its loop after the current burst.
+    /// Tells every worker to leave its loop after the current round.
     pub fn stop(&self) {
         self.running.store(false, Ordering::Release);
     }
@@ -87,7 +111,41 @@ impl Shared {
 
     #[inline(always)]
     pub fn link_up(&self, index: usize) -> bool {
-        self.link_up[index].load(Ordering::Relaxed)
+        self.link_up.get(index).is_some_and(|l| l.load(Ordering::Relaxed))
+    }
+
+    /// Records the DPDK port id of configuration index `index`.
+    pub fn set_dpdk_id(&self, index: usize, id: u16) {
+        if let Some(x) = self.dpdk_ids.get(index) {
+            x.store(u32::from(id), Ordering::Relaxed);
+        }
+    }
+
+    #[inline(always)]
+    fn dpdk_id(&self, index: usize) -> u16 {
+        self.dpdk_ids[index].load(Ordering::Relaxed) as u16
+    }
+
+    /// Arms live tracing of the next `count` packets received on port `index`.
+    pub fn arm_trace(&self, index: usize, count: u32) {
+        self.trace_remaining.store(count, Ordering::Relaxed);
+        self.trace_port.store(index as u32 + 1, Ordering::Release);
+    }
+
+    /// Captures still wanted.
+    pub fn trace_remaining(&self) -> u32 {
+        self.trace_remaining.load(Ordering::Relaxed)
+    }
+
+    /// Claims one capture slot for a packet received on `index`.
+    #[inline(always)]
+    fn claim_trace(&self, index: usize) -> bool {
+        if self.trace_port.load(Ordering::Relaxed) != index as u32 + 1 {
+            return false;
+        }
+        self.trace_remaining
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok()
     }
 
     pub fn set_started_ns(&self, ns: u64) {
@@ -99,26 +157,44 @@ impl Shared {
     }
 }
 
+/// A worker's private state: its staging bursts and scratch arrays, allocated once.
+struct Ctx<'a> {
+    plan: &'a WorkerPlan,
+    shared: &'a Shared,
+    counters: &'a WorkerCounters,
+    pool: &'a Mempool,
+    actions: [Action; MAX_BURST],
+    /// Per output port (configuration index), packets to send.
+    out: Box<[Burst]>,
+    /// Output ports with packets staged, in order of first use.
+    touched: [u16; MAX_PORTS],
+    n_touched: usize,
+    drops: Burst,
+}
+
 /// Runs the poll loop until `shared.stop()`; returns 0.
-pub fn run(plan: &WorkerPlan, shared: &Shared, counters: &WorkerCounters) -> i32 {
+pub fn run(plan: &WorkerPlan, shared: &Shared, counters: &WorkerCounters, pool: &Mempool) -> i32 {
     if plan.jobs.is_empty() {
-        tracing::info!(
-            worker = plan.worker,
-            lcore = plan.lcore,
-            "worker has no receive queues; idle"
-        );
+        tracing::info!(worker = plan.worker, lcore = plan.lcore, "worker has no receive queues; idle");
         return 0;
     }
     let burst_size = plan.burst_size.clamp(1, MAX_BURST as u16);
+    let mut ctx = Ctx {
+        plan,
+        shared,
+        counters,
+        pool,
+        actions: [Action::Drop(DropReason::Malformed); MAX_BURST],
+        out: (0..MAX_PORTS).map(|_| Burst::new()).collect(),
+        touched: [0; MAX_PORTS],
+        n_touched: 0,
+        drops: Burst::new(),
+    };
     let mut burst = Burst::new();
     let mut idle_polls = 0u32;
-    tracing::info!(
-        worker = plan.worker,
-        lcore = plan.lcore,
-        queues = plan.jobs.len(),
-        "worker polling"
-    );
+    tracing::info!(worker = plan.worker, lcore = plan.lcore, queues = plan.jobs.len(), "worker polling");
     while shared.is_running() {
+        let snap = shared.snapshot.load();
         let mut rx_total = 0u64;
         let mut tx_total = 0u64;
         for job in &plan.jobs {
@@ -131,7 +207,13 @@ pub fn run(plan: &WorkerPlan, shared: &Shared, counters: &WorkerCounters) -> i32
             let rxc = &counters.ports[job.index];
             rxc.rx_packets.add(n);
             rxc.rx_bytes.add(bytes);
-            tx_total += forward(&mut burst, job, bytes, shared, counters);
+            tx_total += match job.out {
+                Some(out) => cross_connect(&mut burst, job, out, bytes, shared, counters),
+                None => ctx.pipeline(&mut burst, job, &snap),
+            };
+        }
+        if plan.worker == 0 && !shared.inject.is_empty() {
+            tx_total += ctx.inject();
         }
         counters.polls.add(1);
         if rx_total > 0 {
@@ -153,12 +235,14 @@ pub fn run(plan: &WorkerPlan, shared: &Shared, counters: &WorkerCounters) -> i32
 /// Sends a received burst to the input port's cross-connect peer; anything not sent is
 /// freed and counted. Returns the number sent.
 #[inline(always)]
-fn forward(burst: &mut Burst, job: &RxJob, bytes: u64, shared: &Shared, c: &WorkerCounters) -> u64 {
-    let Some(out) = job.out else {
-        c.drop_packets(DropReason::NoXconnect, job.index, burst.len() as u64);
-        burst.free_all();
-        return 0;
-    };
+fn cross_connect(
+    burst: &mut Burst,
+    job: &RxJob,
+    out: TxTarget,
+    bytes: u64,
+    shared: &Shared,
+    c: &WorkerCounters,
+) -> u64 {
     if !shared.link_up(out.index) {
         c.drop_packets(DropReason::PortDown, job.index, burst.len() as u64);
         burst.free_all();
@@ -175,4 +259,155 @@ fn forward(burst: &mut Burst, job: &RxJob, bytes: u64, shared: &Shared, c: &Work
     txc.tx_packets.add(sent);
     txc.tx_bytes.add(sent_bytes);
     sent
+}
+
+/// Prefetch distance, in packets.
+const PREFETCH_AHEAD: usize = 4;
+
+impl Ctx<'_> {
+    /// Runs a received burst through the pipeline and transmits the results. Returns
+    /// the number of packets sent.
+    fn pipeline(&mut self, burst: &mut Burst, job: &RxJob, snap: &Snapshot) -> u64 {
+        let n = burst.len();
+        let in_port = job.index as u16;
+        for i in 0..PREFETCH_AHEAD.min(n) {
+            burst.prefetch(i);
+        }
+        for i in 0..n {
+            burst.prefetch(i + PREFETCH_AHEAD);
+            let traced = self.shared.claim_trace(job.index).then(|| capture_start(burst, i, in_port, snap));
+            self.actions[i] = pipeline::process(snap, in_port, burst.data_mut(i), &mut NoTrace);
+            if let Some(mut cap) = traced {
+                cap.action = self.actions[i];
+                // A full trace queue loses the capture, never the packet.
+                let _ = self.shared.punt.traces.push(cap);
+            }
+        }
+        for i in 0..n {
+            let Some(m) = burst.take(i) else { continue };
+            match self.actions[i] {
+                Action::Forward { port } => self.stage(port, m),
+                Action::Reply => {
+                    self.counters.local_replies.add(1);
+                    self.stage(in_port, m);
+                }
+                Action::IcmpError { kind, reason } => {
+                    self.drop(m, reason, job.index);
+                    if let Some(err) = self.icmp_error(snap, in_port, i, kind) {
+                        self.counters.icmp_errors.add(1);
+                        self.stage(in_port, err);
+                    }
+                }
+                Action::Punt(punt) => {
+                    let item = PuntItem { mbuf: m, in_port, punt, generation: snap.generation };
+                    match self.shared.punt.packets.push(item) {
+                        Ok(()) => self.counters.punts.add(1),
+                        Err(item) => self.drop(item.mbuf, DropReason::PuntFull, job.index),
+                    }
+                }
+                Action::Drop(reason) => self.drop(m, reason, job.index),
+            }
+        }
+        burst.clear_taken();
+        if !self.drops.is_empty() {
+            self.drops.free_all();
+        }
+        self.flush()
+    }
+
+    /// Sends what the control thread queued (at most a burst's worth per round).
+    fn inject(&mut self) -> u64 {
+        for _ in 0..MAX_BURST {
+            let Some(item) = self.shared.inject.pop() else { break };
+            self.stage(item.port, item.mbuf);
+        }
+        self.flush()
+    }
+
+    /// The ICMP error for packet `i` — built from the still-held copy in `drops`.
+    fn icmp_error(&mut self, snap: &Snapshot, in_port: u16, _i: usize, kind: pipeline::IcmpErrorKind) -> Option<Mbuf> {
+        let port = snap.ports.get(usize::from(in_port))?;
+        // The original was just moved to the drop burst; it is its last packet.
+        let last = self.drops.len().checked_sub(1)?;
+        let original = self.drops.data(last);
+        let parsed = pipeline::parse(original, port.network).ok()?;
+        let mut m = Mbuf::alloc(self.pool)?;
+        let room = icmp_error::MAX_ERROR_FRAME.min(usize::from(m.tailroom()));
+        let buf = m.append(room)?;
+        let len = icmp_error::build(port, &parsed, original, kind, buf)?;
+        m.trim(room - len).then_some(m)
+    }
+
+    #[inline(always)]
+    fn drop(&mut self, m: Mbuf, reason: DropReason, rx_index: usize) {
+        self.counters.drop_packets(reason, rx_index, 1);
+        if let Err(m) = self.drops.push(m) {
+            drop(m); // the drop burst is as large as a receive burst; cannot happen
+        }
+    }
+
+    #[inline(always)]
+    fn stage(&mut self, port: u16, m: Mbuf) {
+        let idx = usize::from(port);
+        let Some(out) = self.out.get_mut(idx) else { return };
+        if out.is_empty() {
+            self.touched[self.n_touched] = port;
+            self.n_touched += 1;
+        }
+        if let Err(m) = out.push(m) {
+            drop(m);
+        }
+    }
+
+    /// Transmits every staged burst on the worker's own queue of each port.
+    fn flush(&mut self) -> u64 {
+        let queue = self.plan.worker as u16;
+        let mut sent_total = 0u64;
+        for k in 0..self.n_touched {
+            let idx = usize::from(self.touched[k]);
+            let out = &mut self.out[idx];
+            let txc = &self.counters.ports[idx];
+            if !self.shared.link_up(idx) {
+                // Counted against the output port: the packets were already accepted.
+                self.counters.drops[DropReason::PortDown as usize].add(out.len() as u64);
+                txc.drops.add(out.len() as u64);
+                out.free_all();
+                continue;
+            }
+            let bytes = out.total_bytes();
+            let sent = out.tx(self.shared.dpdk_id(idx), queue) as u64;
+            let mut sent_bytes = bytes;
+            if !out.is_empty() {
+                sent_bytes -= out.total_bytes();
+                self.counters.drops[DropReason::TxFull as usize].add(out.len() as u64);
+                txc.drops.add(out.len() as u64);
+                out.free_all();
+            }
+            txc.tx_packets.add(sent);
+            txc.tx_bytes.add(sent_bytes);
+            sent_total += sent;
+        }
+        self.n_touched = 0;
+        sent_total
+    }
+}
+
+/// Copies packet `i` as received, before the pipeline rewrites it.
+fn capture_start(burst: &Burst, i: usize, in_port: u16, snap: &Snapshot) -> TraceCapture {
+    let data = burst.data(i);
+    let caplen = data.len().min(TRACE_SNAPLEN);
+    let mut cap = TraceCapture {
+        in_port,
+        time_ns: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0),
+        len: burst.pkt_len(i),
+        caplen: caplen as u16,
+        data: [0; TRACE_SNAPLEN],
+        action: Action::Drop(DropReason::Malformed),
+        generation: snap.generation,
+    };
+    cap.data[..caplen].copy_from_slice(&data[..caplen]);
+    cap
 }

@@ -7,6 +7,8 @@
 use etherparse::PacketBuilder;
 use ferrule_dataplane::counters::{DropReason, WorkerCounters};
 use ferrule_dataplane::dpdk::{lcore, Eal, EalConfig, EthPort, Mbuf, Mempool, PortConf, Ring};
+use ferrule_dataplane::punt::PuntQueues;
+use ferrule_dataplane::snapshot::Snapshot;
 use ferrule_dataplane::worker::{self, RxJob, Shared, TxTarget, WorkerPlan};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -38,7 +40,7 @@ fn frame(i: u32, tcp: bool) -> Vec<u8> {
 }
 
 struct Rig {
-    pool: Mempool,
+    pool: Arc<Mempool>,
     a_in: Ring,
     a_out: Ring,
     b_in: Ring,
@@ -56,6 +58,7 @@ fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
 }
 
 fn run_worker(rig: &Rig, shared: &Arc<Shared>, counters: &Arc<WorkerCounters>) -> u32 {
+    let pool = Arc::clone(&rig.pool);
     let lcore = *lcore::worker_lcores().first().expect("a worker lcore");
     let plan = WorkerPlan {
         worker: 0,
@@ -86,12 +89,12 @@ fn run_worker(rig: &Rig, shared: &Arc<Shared>, counters: &Arc<WorkerCounters>) -
         ],
     };
     let (s, c) = (Arc::clone(shared), Arc::clone(counters));
-    lcore::launch(lcore, move || worker::run(&plan, &s, &c)).expect("launch worker");
+    lcore::launch(lcore, move || worker::run(&plan, &s, &c, &pool)).expect("launch worker");
     lcore
 }
 
 fn byte_for_byte(rig: &Rig) {
-    let shared = Arc::new(Shared::default());
+    let shared = Arc::new(Shared::new(Snapshot::empty(), PuntQueues::new(16, 16)));
     let counters = Arc::new(WorkerCounters::default());
     let lcore = run_worker(rig, &shared, &counters);
 
@@ -149,7 +152,7 @@ fn byte_for_byte(rig: &Rig) {
 }
 
 fn link_down_and_tx_full(rig: &Rig) {
-    let shared = Arc::new(Shared::default());
+    let shared = Arc::new(Shared::new(Snapshot::empty(), PuntQueues::new(16, 16)));
     let counters = Arc::new(WorkerCounters::default());
     // Port b's link is down: everything from a is dropped as port-down.
     shared.set_link(1, false);
@@ -232,7 +235,7 @@ fn eal_worker_cross_connect() {
     }
     assert_eq!(a.driver(), "net_ring");
     let rig = Rig {
-        pool,
+        pool: Arc::new(pool),
         a_in,
         a_out,
         b_in,
@@ -256,6 +259,6 @@ fn eal_worker_cross_connect() {
     drop((a, b));
     drop((a_in, a_out, b_in, b_out));
     assert_eq!(pool.in_use(), 0, "every mbuf went back to the pool");
-    drop(pool);
+    drop(Arc::try_unwrap(pool).expect("no worker holds the pool"));
     drop(eal);
 }

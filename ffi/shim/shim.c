@@ -132,3 +132,14 @@ void ferrule_prefetch0(const void *p)
 {
 	rte_prefetch0(p);
 }
+
+int ferrule_lpm_lookup(const struct rte_lpm *lpm, uint32_t ip, uint32_t *next_hop)
+{
+	return rte_lpm_lookup(lpm, ip, next_hop);
+}
+
+int ferrule_lpm_lookup_bulk(const struct rte_lpm *lpm, const uint32_t *ips,
+                            uint32_t *next_hops, unsigned int n)
+{
+	return rte_lpm_lookup_bulk(lpm, ips, next_hops, n);
+}

@@ -64,4 +64,13 @@ uint64_t ferrule_rdtsc(void);
 void ferrule_pause(void);
 void ferrule_prefetch0(const void *p);
 
+/* LPM: DPDK's IPv4 route table, the baseline the benchmarks compare Ferrule's with. */
+#include <rte_lpm.h>
+
+/* rte_lpm_lookup: 0 and *next_hop on a hit, -ENOENT on a miss. */
+int ferrule_lpm_lookup(const struct rte_lpm *lpm, uint32_t ip, uint32_t *next_hop);
+/* rte_lpm_lookup_bulk: next_hops[i] is the raw entry, RTE_LPM_LOOKUP_SUCCESS set on a hit. */
+int ferrule_lpm_lookup_bulk(const struct rte_lpm *lpm, const uint32_t *ips,
+                            uint32_t *next_hops, unsigned int n);
+
 #endif

@@ -107,6 +107,9 @@ fn free_hugepage_mb() -> Option<u64> {
     }
 }
 
+/// Interval of the control thread's housekeeping (punts, resolution, links, aging).
+const CONTROL_TICK_MS: u64 = 10;
+
 fn init_logging(level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(level))
@@ -159,7 +162,9 @@ fn main() -> ExitCode {
     let server_cfg = ServerConfig {
         socket: cfg.control.socket.clone(),
         max_request_bytes: cfg.control.max_request_bytes,
-        tick: Duration::from_millis(cfg.dataplane.link_poll_ms),
+        // Punted packets (neighbour answers, packets held for resolution) are handled
+        // every tick; link state is polled every link_poll_ms within it.
+        tick: Duration::from_millis(CONTROL_TICK_MS.min(cfg.dataplane.link_poll_ms)),
         max_clients: cfg.control.max_clients,
     };
     let mut server = match Server::bind(server_cfg) {

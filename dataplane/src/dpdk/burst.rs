@@ -92,6 +92,7 @@ impl Burst {
     #[inline(always)]
     pub fn free_all(&mut self) {
         if self.len > 0 {
+            debug_assert!(self.pkts[..self.len].iter().all(|p| !p.is_null()), "free_all after take");
             // SAFETY: the first len slots hold owned mbufs, freed exactly once here.
             unsafe {
                 ferrule_ffi::ferrule_pktmbuf_free_bulk(self.pkts.as_mut_ptr(), self.len as u32)
@@ -119,6 +120,44 @@ impl Burst {
         let p = NonNull::new(self.pkts[self.len])?;
         // SAFETY: the slot held an owned mbuf, now moved out of the burst.
         Some(unsafe { Mbuf::from_raw(p) })
+    }
+
+    /// Moves packet `i` out, leaving a hole; `None` if it was taken already. After a
+    /// dispatch loop has taken every packet, [`Burst::clear_taken`] resets the burst.
+    #[inline(always)]
+    pub fn take(&mut self, i: usize) -> Option<Mbuf> {
+        let slot = self.pkts.get_mut(i).filter(|_| i < self.len)?;
+        let p = NonNull::new(std::mem::replace(slot, std::ptr::null_mut()))?;
+        // SAFETY: the slot held an owned mbuf; it is now moved out and the slot nulled.
+        Some(unsafe { Mbuf::from_raw(p) })
+    }
+
+    /// Empties a burst whose packets were taken, freeing any that were not.
+    #[inline(always)]
+    pub fn clear_taken(&mut self) {
+        for slot in &mut self.pkts[..self.len] {
+            if let Some(p) = NonNull::new(std::mem::replace(slot, std::ptr::null_mut())) {
+                // SAFETY: a non-null slot still owns its mbuf; it is freed once here.
+                drop(unsafe { Mbuf::from_raw(p) });
+            }
+        }
+        self.len = 0;
+    }
+
+    /// Prefetches the first cache line of packet `i`'s data (no-op out of range).
+    #[inline(always)]
+    pub fn prefetch(&self, i: usize) {
+        if i < self.len {
+            let m = self.pkts[i];
+            if !m.is_null() {
+                // SAFETY: m is a valid owned mbuf; computing its data address reads the
+                // header only, and a prefetch never faults.
+                unsafe {
+                    let data = (*m).buf_addr.cast::<u8>().add(usize::from((*m).data_off));
+                    ferrule_ffi::ferrule_prefetch0(data.cast());
+                }
+            }
+        }
     }
 
     /// Sum of `pkt_len` over the held packets.

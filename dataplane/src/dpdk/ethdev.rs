@@ -355,6 +355,17 @@ impl EthPort {
         }
     }
 
+    /// Most receive and transmit queues the driver offers.
+    pub fn max_queues(&self) -> (u16, u16) {
+        let mut info = ferrule_ffi::rte_eth_dev_info::default();
+        // SAFETY: valid port id and out-pointer.
+        let rc = unsafe { ferrule_ffi::rte_eth_dev_info_get(self.id, &mut info) };
+        if rc < 0 {
+            return (1, 1);
+        }
+        (info.max_rx_queues, info.max_tx_queues)
+    }
+
     /// Name of the driver behind the port, e.g. `net_null`.
     pub fn driver(&self) -> String {
         let mut info = ferrule_ffi::rte_eth_dev_info::default();

@@ -1,18 +1,37 @@
 //! The daemon: brings up the EAL, the mempool and the configured ports, assigns receive
-//! queues to workers and launches them, answers the control API, and tears everything
-//! down in order (workers, ports, memory, EAL) when it ends.
+//! queues to workers and launches them, answers the control API, publishes forwarding
+//! snapshots, and tears everything down in order (workers, ports, memory, EAL) when it
+//! ends. Route, neighbour and trace methods live in the submodules.
+
+mod punt;
+mod routes;
+mod trace;
 
 use crate::api::{self, PortInfo, PortsList, Stats, VersionInfo};
 use crate::config::{format_mac, Config, PortConfig};
+use crate::fib::Fib;
+use crate::resolver::Resolver;
 use crate::rpc::{RpcError, Service};
 use ferrule_dataplane::counters::{PortTotals, WorkerCounters};
 use ferrule_dataplane::dpdk::{
     self, ethdev, lcore, DpdkError, Eal, EalConfig, EthPort, Mempool, PortConf,
 };
+use ferrule_dataplane::punt::PuntQueues;
+use ferrule_dataplane::snapshot::Snapshot;
 use ferrule_dataplane::worker::{self, RxJob, Shared, TxTarget, WorkerPlan};
 use serde_json::Value;
+use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// Packets the workers may have queued for the control thread.
+const PUNT_QUEUE: usize = 4096;
+/// Live-trace captures queued.
+const TRACE_QUEUE: usize = 1024;
+/// Captured packets kept for `trace.dump`.
+const TRACE_KEEP: usize = 1000;
+/// Learned neighbours are forgotten after this long without a new answer.
+const NEIGHBOR_MAX_AGE: Duration = Duration::from_secs(300);
 
 /// Whether devargs name a PCI device rather than a vdev.
 pub fn is_pci(devargs: &str) -> bool {
@@ -31,6 +50,8 @@ pub enum StartError {
     Eal(DpdkError),
     #[error("cannot create the mbuf pool ({mbufs} mbufs): {err}\n  hint: raise eal.memory_mb or lower dataplane.mbufs")]
     Mempool { mbufs: u32, err: DpdkError },
+    #[error("the forwarding state of the configuration is invalid: `{field}`: {message}")]
+    Fib { field: &'static str, message: String },
     #[error("port {name:?} ({devargs}) failed to start: {err}")]
     Port {
         name: String,
@@ -62,8 +83,19 @@ pub struct Daemon {
     shared: Arc<Shared>,
     workers: Vec<WorkerRuntime>,
     launched: bool,
+    fib: Fib,
+    resolver: Resolver,
+    /// Generations replaced but possibly still read by a worker; freed here once only
+    /// this list holds them.
+    retired: Vec<Arc<Snapshot>>,
+    /// Drops and punts handled by the control thread itself.
+    control_counters: WorkerCounters,
+    traces: VecDeque<api::TracedPacket>,
+    link_poll: Duration,
+    last_link_poll: Instant,
+    last_aging: Instant,
     ports: Vec<PortRuntime>,
-    pool: Mempool,
+    pool: Arc<Mempool>,
     eal: Eal,
     started: Instant,
 }
@@ -171,6 +203,7 @@ impl Daemon {
             cfg.dataplane.mbuf_cache,
             mbuf_data_room(cfg),
         )
+        .map(Arc::new)
         .map_err(|err| StartError::Mempool {
             mbufs: cfg.dataplane.mbufs,
             err,
@@ -186,6 +219,14 @@ impl Daemon {
                 err,
             };
             let mut eth = EthPort::probe(&p.devargs).map_err(port_err)?;
+            // One transmit queue per worker; the control thread sends through worker 0.
+            let (_, max_txq) = eth.max_queues();
+            if max_txq < n_workers {
+                return Err(port_err(DpdkError::new(
+                    format!("the driver offers {max_txq} transmit queues; {n_workers} workers need one each"),
+                    22,
+                )));
+            }
             let conf = PortConf {
                 rx_queues: p.rx_queues,
                 tx_queues: n_workers,
@@ -210,11 +251,15 @@ impl Daemon {
             });
         }
 
-        let shared = Arc::new(Shared::default());
+        let port_ids: Vec<u16> = ports.iter().map(|p| p.eth.id()).collect();
+        let macs: Vec<[u8; 6]> = ports.iter().map(|p| p.eth.mac()).collect();
+        let mut fib = Fib::from_config(cfg, &macs, &port_ids)
+            .map_err(|e| StartError::Fib { field: e.field, message: e.message })?;
+        let shared = Arc::new(Shared::new(fib.snapshot(), PuntQueues::new(PUNT_QUEUE, TRACE_QUEUE)));
         for (i, p) in ports.iter().enumerate() {
             shared.set_link(i, p.link_up);
+            shared.set_dpdk_id(i, p.eth.id());
         }
-        let port_ids: Vec<u16> = ports.iter().map(|p| p.eth.id()).collect();
         let workers: Vec<WorkerRuntime> = plan_workers(cfg, &worker_lcores, &port_ids)
             .into_iter()
             .map(|plan| WorkerRuntime {
@@ -226,6 +271,14 @@ impl Daemon {
             shared,
             workers,
             launched: false,
+            fib,
+            resolver: Resolver::default(),
+            retired: Vec::new(),
+            control_counters: WorkerCounters::default(),
+            traces: VecDeque::new(),
+            link_poll: Duration::from_millis(cfg.dataplane.link_poll_ms),
+            last_link_poll: Instant::now(),
+            last_aging: Instant::now(),
             ports,
             pool,
             eal,
@@ -243,12 +296,18 @@ impl Daemon {
                 Arc::clone(&self.shared),
                 Arc::clone(&w.counters),
             );
+            let pool = Arc::clone(&self.pool);
             let lcore = plan.lcore;
             let worker = plan.worker;
-            lcore::launch(lcore, move || worker::run(&plan, &shared, &counters))
+            lcore::launch(lcore, move || worker::run(&plan, &shared, &counters, &pool))
                 .map_err(|err| StartError::Launch { worker, lcore, err })?;
         }
         self.started = Instant::now();
+        let now_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        self.shared.set_started_ns(now_ns);
         Ok(())
     }
 
@@ -277,6 +336,7 @@ impl Daemon {
         for w in &self.workers {
             t.accumulate(&w.counters.ports[index]);
         }
+        t.accumulate(&self.control_counters.ports[index]);
         t
     }
 
@@ -337,17 +397,24 @@ impl Daemon {
         let names: Vec<&str> = self.ports.iter().map(|p| p.cfg.name.as_str()).collect();
         let mut totals = api::Totals::default();
         let mut reasons: Vec<(String, u64)> = Vec::new();
+        let control = (
+            self.workers.len() as u32,
+            lcore::main_lcore(),
+            vec!["control".to_string()],
+            &self.control_counters,
+        );
         let workers = self
             .workers
             .iter()
             .map(|w| {
-                let c = &w.counters;
+                let queues = w.plan.jobs.iter().map(|j| format!("{}/{}", names[j.index], j.queue)).collect();
+                (w.plan.worker as u32, w.plan.lcore, queues, &*w.counters)
+            })
+            .chain(std::iter::once(control))
+            .map(|(worker, lcore, queues, c)| {
                 let drop_reasons: Vec<api::DropCount> = c
                     .drop_reasons()
-                    .map(|(r, n)| api::DropCount {
-                        reason: r.name().to_string(),
-                        packets: n,
-                    })
+                    .map(|(r, n)| api::DropCount { reason: r.name().to_string(), packets: n })
                     .collect();
                 for d in &drop_reasons {
                     match reasons.iter_mut().find(|(r, _)| *r == d.reason) {
@@ -356,18 +423,16 @@ impl Daemon {
                     }
                 }
                 let s = api::WorkerStats {
-                    worker: w.plan.worker as u32,
-                    lcore: w.plan.lcore,
-                    queues: w
-                        .plan
-                        .jobs
-                        .iter()
-                        .map(|j| format!("{}/{}", names[j.index], j.queue))
-                        .collect(),
+                    worker,
+                    lcore,
+                    queues,
                     polls: c.polls.get(),
                     busy_polls: c.busy_polls.get(),
                     rx_packets: c.rx_packets.get(),
                     tx_packets: c.tx_packets.get(),
+                    local_replies: c.local_replies.get(),
+                    icmp_errors: c.icmp_errors.get(),
+                    punts: c.punts.get(),
                     drops: c.total_drops(),
                     drop_reasons,
                 };
@@ -377,22 +442,12 @@ impl Daemon {
                 s
             })
             .collect();
-        totals.drop_reasons = reasons
-            .into_iter()
-            .map(|(reason, packets)| api::DropCount { reason, packets })
-            .collect();
+        totals.drop_reasons =
+            reasons.into_iter().map(|(reason, packets)| api::DropCount { reason, packets }).collect();
         let ports = (0..self.ports.len())
-            .map(|i| api::PortStats {
-                name: names[i].to_string(),
-                counters: self.port_counters(i),
-            })
+            .map(|i| api::PortStats { name: names[i].to_string(), counters: self.port_counters(i) })
             .collect();
-        Stats {
-            uptime_secs: self.started.elapsed().as_secs_f64(),
-            workers,
-            ports,
-            totals,
-        }
+        Stats { uptime_secs: self.started.elapsed().as_secs_f64(), workers, ports, totals }
     }
 
     /// Reads every port's link and publishes changes to the workers.
@@ -447,12 +502,54 @@ impl Service for Daemon {
                 no_params(params)?;
                 to_value(self.stats())
             }
+            api::route_method::ADD => self.route_add(params),
+            api::route_method::DEL => self.route_del(params),
+            api::route_method::DUMP => self.route_dump(params),
+            api::neigh_method::ADD => self.neigh_add(params),
+            api::neigh_method::DEL => self.neigh_del(params),
+            api::neigh_method::DUMP => self.neigh_dump(params),
+            api::trace_method::RUN => self.trace_run(params),
+            api::trace_method::START => self.trace_start(params),
+            api::trace_method::DUMP => self.trace_dump(params),
             other => Err(RpcError::method_not_found(other)),
         }
     }
 
     fn tick(&mut self) {
-        self.poll_links();
+        self.drain_punts();
+        self.resolve_due();
+        let now = Instant::now();
+        if now.duration_since(self.last_link_poll) >= self.link_poll {
+            self.last_link_poll = now;
+            self.poll_links();
+        }
+        if now.duration_since(self.last_aging) >= Duration::from_secs(1) {
+            self.last_aging = now;
+            if self.fib.age_neighbors(NEIGHBOR_MAX_AGE) > 0 {
+                self.publish();
+            }
+        }
+        self.free_retired();
+    }
+}
+
+impl Daemon {
+    /// Compiles the forwarding state into a new generation and publishes it. The
+    /// replaced generation is kept until no worker can still be reading it.
+    pub fn publish(&mut self) {
+        let old = self.shared.snapshot.swap(Arc::new(self.fib.snapshot()));
+        self.retired.push(old);
+        self.free_retired();
+    }
+
+    /// Frees replaced generations no worker holds any more.
+    fn free_retired(&mut self) {
+        self.retired.retain(|s| Arc::strong_count(s) > 1);
+    }
+
+    /// The current generation.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.shared.snapshot.load_full()
     }
 }
 

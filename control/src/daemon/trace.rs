@@ -1,0 +1,220 @@
+//! `trace.*`: runs a synthetic packet through the current pipeline with a recording
+//! tracer (no state changes, nothing sent), and arms/collects live captures of real
+//! packets, whose stages are rendered here from the copy the worker took.
+
+use super::{to_value, Daemon, TRACE_KEEP};
+use crate::api::{self, TraceRun, TraceStage, TraceStart, TraceVerdict};
+use crate::config::parse_mac;
+use crate::rpc::{parse_params, RpcError};
+use ferrule_dataplane::pipeline::synth::{self, SynthError, SynthSpec};
+use ferrule_dataplane::pipeline::{self, Action, IcmpErrorKind, Punt, Recorder};
+use ferrule_dataplane::snapshot::{PortRole, Snapshot};
+use ferrule_dataplane::wire::{EthernetAddress, IpProtocol};
+use serde_json::Value;
+use std::net::{IpAddr, SocketAddr};
+
+/// `IP`, `IP:PORT` or `[IPv6]:PORT`.
+fn endpoint(field: &str, s: &str) -> Result<(IpAddr, Option<u16>), RpcError> {
+    if let Ok(ip) = s.parse::<IpAddr>() {
+        return Ok((ip, None));
+    }
+    s.parse::<SocketAddr>()
+        .map(|sa| (sa.ip(), Some(sa.port())))
+        .map_err(|_| RpcError::invalid_params(field, format!("{s:?} is not IP, IP:PORT or [IPv6]:PORT")))
+}
+
+/// `SYN,ACK` → TCP flag bits.
+fn tcp_flags(s: &str) -> Result<u8, RpcError> {
+    let mut bits = 0u8;
+    for f in s.split(',').map(str::trim).filter(|f| !f.is_empty()) {
+        bits |= match f.to_ascii_uppercase().as_str() {
+            "FIN" => 0x01,
+            "SYN" => 0x02,
+            "RST" => 0x04,
+            "PSH" => 0x08,
+            "ACK" => 0x10,
+            "URG" => 0x20,
+            "ECE" => 0x40,
+            "CWR" => 0x80,
+            other => {
+                return Err(RpcError::invalid_params(
+                    "tcp_flags",
+                    format!("{other:?} is not a TCP flag (FIN SYN RST PSH ACK URG ECE CWR)"),
+                ))
+            }
+        };
+    }
+    Ok(bits)
+}
+
+fn kind_text(kind: IcmpErrorKind) -> String {
+    match kind {
+        IcmpErrorKind::TimeExceeded => "time exceeded".into(),
+        IcmpErrorKind::FragNeeded { mtu } => format!("fragmentation needed (mtu {mtu})"),
+        IcmpErrorKind::PacketTooBig { mtu } => format!("packet too big (mtu {mtu})"),
+    }
+}
+
+/// Turns recorded stages and the action into the API's stages and verdict.
+pub(super) fn render(snap: &Snapshot, in_port: u16, rec: Recorder, action: Action) -> (Vec<TraceStage>, TraceVerdict) {
+    let port_name = |i: u16| snap.ports.get(usize::from(i)).map(|p| p.name.clone()).unwrap_or_else(|| i.to_string());
+    let mut stages: Vec<TraceStage> = rec
+        .stages
+        .into_iter()
+        .map(|(s, detail)| TraceStage { stage: s.name().to_string(), detail })
+        .collect();
+    let verdict = match action {
+        Action::Forward { port } => TraceVerdict::Forward { port: port_name(port) },
+        Action::Reply => TraceVerdict::Forward { port: port_name(in_port) },
+        Action::IcmpError { kind, reason } => {
+            stages.push(TraceStage {
+                stage: "icmp".into(),
+                detail: format!("{} sent back out of {}", kind_text(kind), port_name(in_port)),
+            });
+            TraceVerdict::Drop { reason: reason.name().to_string() }
+        }
+        Action::Punt(Punt::Resolve { ip, port, .. }) => {
+            stages.push(TraceStage {
+                stage: "punt".into(),
+                detail: format!("held while {ip} is resolved on {}; sent if it answers", port_name(port)),
+            });
+            TraceVerdict::Drop { reason: "no-neighbour".into() }
+        }
+        Action::Punt(Punt::Learn) => {
+            stages.push(TraceStage { stage: "punt".into(), detail: "to the control thread to learn".into() });
+            TraceVerdict::Drop { reason: "local-unhandled".into() }
+        }
+        Action::Drop(reason) => TraceVerdict::Drop { reason: reason.name().to_string() },
+    };
+    (stages, verdict)
+}
+
+impl Daemon {
+    pub(super) fn trace_run(&mut self, params: &Value) -> Result<Value, RpcError> {
+        let p: TraceRun = parse_params(params)?;
+        let snap = self.snapshot();
+        let in_port = self
+            .fib
+            .port_index(&p.in_port)
+            .ok_or_else(|| RpcError::invalid_params("in_port", format!("no port named {:?}", p.in_port)))?;
+        let port = &snap.ports[usize::from(in_port)];
+        let proto = match p.proto.to_ascii_lowercase().as_str() {
+            "tcp" => IpProtocol::TCP,
+            "udp" => IpProtocol::UDP,
+            "sctp" => IpProtocol::SCTP,
+            "icmp" => IpProtocol::ICMP,
+            "icmpv6" => IpProtocol::ICMPV6,
+            other => {
+                return Err(RpcError::invalid_params(
+                    "proto",
+                    format!("{other:?} is not tcp, udp, sctp, icmp or icmpv6"),
+                ))
+            }
+        };
+        let (src, sport) = endpoint("src", &p.src)?;
+        let (dst, dport) = endpoint("dst", &p.dst)?;
+        let ported = matches!(proto, IpProtocol::TCP | IpProtocol::UDP | IpProtocol::SCTP);
+        if !ported && dport.is_some() {
+            return Err(RpcError::invalid_params("dst", format!("{} has no ports", p.proto)));
+        }
+        let flags = match (&p.tcp_flags, proto) {
+            (Some(f), IpProtocol::TCP) => tcp_flags(f)?,
+            (Some(_), _) => return Err(RpcError::invalid_params("tcp_flags", "only with proto tcp")),
+            (None, _) => 0x02,
+        };
+        let mac = |field: &str, s: &Option<String>, default: EthernetAddress| -> Result<EthernetAddress, RpcError> {
+            match s {
+                None => Ok(default),
+                Some(m) => parse_mac(m)
+                    .map(EthernetAddress)
+                    .ok_or_else(|| RpcError::invalid_params(field, format!("{m:?} is not a MAC address"))),
+            }
+        };
+        let default_src = match (port.role, port.pod_mac) {
+            (PortRole::Pod, Some(m)) => m,
+            _ => EthernetAddress([0x02, 0, 0, 0, 0, 0x01]),
+        };
+        let spec = SynthSpec {
+            src_mac: mac("src_mac", &p.src_mac, default_src)?,
+            dst_mac: mac("dst_mac", &p.dst_mac, port.mac)?,
+            proto,
+            src,
+            dst,
+            src_port: sport.unwrap_or(if ported { 40000 } else { 1 }),
+            dst_port: dport.unwrap_or(if ported { 80 } else { 0 }),
+            tcp_flags: flags,
+            ip_len: p.len,
+            ttl: p.ttl.unwrap_or(64),
+        };
+        let mut frame = synth::build(&spec).map_err(|e| match e {
+            SynthError::MixedFamilies => RpcError::invalid_params("dst", "src and dst differ in IP version"),
+            SynthError::ProtoFamily => RpcError::invalid_params("proto", "icmp is IPv4, icmpv6 is IPv6"),
+            SynthError::Proto => RpcError::invalid_params("proto", "unsupported protocol"),
+        })?;
+        if frame.len() > 14 + 9600 {
+            return Err(RpcError::invalid_params("len", "at most 9600 bytes"));
+        }
+        let mut rec = Recorder::default();
+        let action = pipeline::process(&snap, in_port, &mut frame, &mut rec);
+        let (stages, verdict) = render(&snap, in_port, rec, action);
+        to_value(api::TraceResult { stages, verdict })
+    }
+
+    pub(super) fn trace_start(&mut self, params: &Value) -> Result<Value, RpcError> {
+        let p: TraceStart = parse_params(params)?;
+        let index = self
+            .fib
+            .port_index(&p.port)
+            .ok_or_else(|| RpcError::invalid_params("port", format!("no port named {:?}", p.port)))?;
+        if !(1..=1000).contains(&p.count) {
+            return Err(RpcError::invalid_params("count", format!("{} is outside 1..=1000", p.count)));
+        }
+        self.collect_traces();
+        self.traces.clear();
+        self.shared.arm_trace(usize::from(index), p.count);
+        tracing::info!(port = %p.port, count = p.count, "live trace armed");
+        Ok(serde_json::json!({}))
+    }
+
+    /// Moves the workers' captures into the kept list, rendering their stages.
+    fn collect_traces(&mut self) {
+        let snap = self.snapshot();
+        let started = self.shared.started_ns();
+        while let Some(cap) = self.shared.punt.traces.pop() {
+            let mut data = cap.data[..usize::from(cap.caplen)].to_vec();
+            let original = data.clone();
+            let mut rec = Recorder::default();
+            let replayed = pipeline::process(&snap, cap.in_port, &mut data, &mut rec);
+            let (mut stages, verdict) = render(&snap, cap.in_port, rec, cap.action);
+            if replayed != cap.action || snap.generation != cap.generation {
+                stages.push(TraceStage {
+                    stage: "note".into(),
+                    detail: format!(
+                        "stages replayed on generation {} (the worker used {})",
+                        snap.generation, cap.generation
+                    ),
+                });
+            }
+            if self.traces.len() >= TRACE_KEEP {
+                self.traces.pop_front();
+            }
+            self.traces.push_back(api::TracedPacket {
+                port: snap.ports.get(usize::from(cap.in_port)).map(|p| p.name.clone()).unwrap_or_default(),
+                time_secs: cap.time_ns.saturating_sub(started) as f64 / 1e9,
+                len: cap.len,
+                data_hex: original.iter().map(|b| format!("{b:02x}")).collect(),
+                stages,
+                verdict,
+            });
+        }
+    }
+
+    pub(super) fn trace_dump(&mut self, params: &Value) -> Result<Value, RpcError> {
+        super::no_params(params)?;
+        self.collect_traces();
+        to_value(api::TraceDump {
+            remaining: self.shared.trace_remaining(),
+            packets: self.traces.iter().cloned().collect(),
+        })
+    }
+}

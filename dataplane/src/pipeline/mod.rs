@@ -1,0 +1,265 @@
+//! The packet pipeline: the path every received packet takes, as pure functions over
+//! a frame's bytes and the current [`Snapshot`]. The worker runs it over each burst
+//! (`process` per packet, then groups the results by action); `ferrulectl trace` runs
+//! the same code on a synthetic packet with a recording [`Tracer`].
+//!
+//! Stages: parse → l2 (destination MAC) → local (ARP, ND, echo for Ferrule's own
+//! addresses) → ttl → route (per-network LPM) → mtu → neighbour → rewrite.
+
+pub mod icmp_error;
+pub mod local;
+pub mod parse;
+pub mod synth;
+
+use crate::counters::DropReason;
+use crate::snapshot::{NextHopEntry, PortRole, Snapshot};
+use crate::wire::{EthernetAddress, EthernetFrame, Ipv4Packet, Ipv6Packet};
+use std::fmt;
+use std::net::IpAddr;
+
+pub use parse::{parse, Parsed};
+
+/// Why a packet goes to the control thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Punt {
+    /// An ARP reply or neighbour advertisement to learn from.
+    Learn,
+    /// The next hop `ip` on `port` has no resolved MAC yet: hold the packet while the
+    /// control thread resolves it, then send it.
+    Resolve { network: u16, ip: IpAddr, port: u16 },
+}
+
+/// Which ICMP error to send back to a packet's source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IcmpErrorKind {
+    /// TTL or hop limit exhausted (ICMP type 11 / ICMPv6 type 3).
+    TimeExceeded,
+    /// IPv4 with DF set, larger than the output MTU (type 3 code 4).
+    FragNeeded { mtu: u16 },
+    /// IPv6 larger than the output MTU (ICMPv6 type 2).
+    PacketTooBig { mtu: u16 },
+}
+
+/// What to do with a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Rewritten in place; send out of this port (configuration index).
+    Forward { port: u16 },
+    /// Rewritten in place into a reply; send back out of the input port.
+    Reply,
+    /// Drop it for `reason` and send this ICMP error to its source.
+    IcmpError { kind: IcmpErrorKind, reason: DropReason },
+    /// Hand it to the control thread.
+    Punt(Punt),
+    /// Drop it.
+    Drop(DropReason),
+}
+
+/// A pipeline stage, for traces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    Parse,
+    L2,
+    Local,
+    Ttl,
+    Route,
+    Mtu,
+    Neighbor,
+    Rewrite,
+}
+
+impl Stage {
+    pub const fn name(self) -> &'static str {
+        match self {
+            Stage::Parse => "parse",
+            Stage::L2 => "l2",
+            Stage::Local => "local",
+            Stage::Ttl => "ttl",
+            Stage::Route => "route",
+            Stage::Mtu => "mtu",
+            Stage::Neighbor => "neighbor",
+            Stage::Rewrite => "rewrite",
+        }
+    }
+}
+
+/// Receives each stage's decision. The fast path uses [`NoTrace`], which compiles to
+/// nothing; traces use [`Recorder`].
+pub trait Tracer {
+    const ENABLED: bool;
+    fn stage(&mut self, stage: Stage, detail: fmt::Arguments<'_>);
+}
+
+/// The fast path's tracer: records nothing.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoTrace;
+
+impl Tracer for NoTrace {
+    const ENABLED: bool = false;
+    #[inline(always)]
+    fn stage(&mut self, _: Stage, _: fmt::Arguments<'_>) {}
+}
+
+/// Records every stage's decision as text (control thread only: it allocates).
+#[derive(Debug, Default, Clone)]
+pub struct Recorder {
+    pub stages: Vec<(Stage, String)>,
+}
+
+impl Tracer for Recorder {
+    const ENABLED: bool = true;
+    fn stage(&mut self, stage: Stage, detail: fmt::Arguments<'_>) {
+        self.stages.push((stage, detail.to_string()));
+    }
+}
+
+/// Records a stage's decision when tracing; costs nothing otherwise.
+macro_rules! trace {
+    ($t:expr, $stage:expr, $($arg:tt)*) => {
+        if T::ENABLED {
+            $t.stage($stage, format_args!($($arg)*));
+        }
+    };
+}
+pub(crate) use trace;
+
+/// Runs one received frame through the pipeline. `frame` is rewritten in place for
+/// `Forward` and `Reply`; for every other action it is left as received (so a punted
+/// or traced packet is still the original).
+pub fn process<T: Tracer>(snap: &Snapshot, in_port: u16, frame: &mut [u8], t: &mut T) -> Action {
+    let Some(port) = snap.ports.get(usize::from(in_port)) else {
+        return Action::Drop(DropReason::Malformed);
+    };
+    let parsed = match parse::parse(frame, port.network) {
+        Ok(p) => p,
+        Err(reason) => {
+            trace!(t, Stage::Parse, "{} byte frame: {}", frame.len(), reason.name());
+            return Action::Drop(reason);
+        }
+    };
+    trace!(t, Stage::Parse, "{}", parsed);
+
+    // l2: frames must be for us: our MAC, broadcast (ARP), or IPv6 multicast (ND).
+    let dst_mac = EthernetFrame::new_unchecked(&*frame).dst_addr();
+    let l2_ok = dst_mac == port.mac
+        || (dst_mac.is_broadcast() && parsed.is_arp())
+        || (dst_mac.is_multicast() && parsed.is_ipv6());
+    if !l2_ok {
+        trace!(t, Stage::L2, "destination {} is not {} of port {}", dst_mac, port.mac, port.name);
+        return Action::Drop(DropReason::DstMacMismatch);
+    }
+    trace!(t, Stage::L2, "destination {} accepted on port {} (network {})", dst_mac, port.name, port.network);
+
+    if parsed.is_arp() {
+        return local::arp(port, frame, t);
+    }
+    if let Some(action) = local::input(snap, port, &parsed, frame, t) {
+        return action;
+    }
+
+    let dst = parsed.key.dst_ip();
+    // ttl
+    if parsed.ttl <= 1 {
+        trace!(t, Stage::Ttl, "ttl {} expires here: ICMP time exceeded to {}", parsed.ttl, parsed.key.src_ip());
+        return Action::IcmpError { kind: IcmpErrorKind::TimeExceeded, reason: DropReason::TtlExceeded };
+    }
+    trace!(t, Stage::Ttl, "ttl {} -> {}", parsed.ttl, parsed.ttl - 1);
+
+    // route
+    let Some((nh, entry)) = snap.route(port.network, dst) else {
+        trace!(t, Stage::Route, "no route to {} in network {}", dst, net_name(snap, port.network));
+        return Action::Drop(DropReason::NoRoute);
+    };
+    let (out, via) = match *entry {
+        NextHopEntry::Port { port, via } => (port, via),
+        NextHopEntry::Blackhole => {
+            trace!(t, Stage::Route, "{} matches a blackhole route (next hop {})", dst, nh);
+            return Action::Drop(DropReason::Blackhole);
+        }
+        NextHopEntry::Local => {
+            // A local address of another port: only echo is answered (done in `input`).
+            trace!(t, Stage::Route, "{} is local but not handled", dst);
+            return Action::Drop(DropReason::LocalUnhandled);
+        }
+    };
+    let Some(out_port) = snap.ports.get(usize::from(out)) else {
+        return Action::Drop(DropReason::NoRoute);
+    };
+    trace!(
+        t,
+        Stage::Route,
+        "{} in network {} -> port {}{}",
+        dst,
+        net_name(snap, port.network),
+        out_port.name,
+        via.map(|v| format!(" via {v}")).unwrap_or_else(|| " (on-link)".into())
+    );
+
+    // mtu
+    if parsed.l3_len > usize::from(out_port.mtu) {
+        let mtu = out_port.mtu;
+        if parsed.is_ipv6() {
+            trace!(t, Stage::Mtu, "{} bytes > mtu {} of {}: packet too big", parsed.l3_len, mtu, out_port.name);
+            return Action::IcmpError { kind: IcmpErrorKind::PacketTooBig { mtu }, reason: DropReason::MtuExceeded };
+        }
+        if parsed.dont_frag {
+            trace!(t, Stage::Mtu, "{} bytes > mtu {} of {} with DF: fragmentation needed", parsed.l3_len, mtu, out_port.name);
+            return Action::IcmpError { kind: IcmpErrorKind::FragNeeded { mtu }, reason: DropReason::MtuExceeded };
+        }
+        trace!(t, Stage::Mtu, "{} bytes > mtu {} of {} (no fragmentation)", parsed.l3_len, mtu, out_port.name);
+        return Action::Drop(DropReason::MtuExceeded);
+    }
+    trace!(t, Stage::Mtu, "{} bytes fit mtu {}", parsed.l3_len, out_port.mtu);
+
+    // neighbour
+    let next_mac: EthernetAddress = match (out_port.role, via) {
+        (PortRole::Pod, None) => match out_port.pod_mac {
+            Some(mac) => {
+                trace!(t, Stage::Neighbor, "pod {} at {}", out_port.name, mac);
+                mac
+            }
+            None => {
+                trace!(t, Stage::Neighbor, "pod port {} has no pod MAC", out_port.name);
+                return Action::Drop(DropReason::NoNeighbour);
+            }
+        },
+        (_, via) => {
+            let target = via.unwrap_or(dst);
+            match snap.neighbor(port.network, target) {
+                Some(n) => {
+                    trace!(t, Stage::Neighbor, "{} is {}", target, n.mac);
+                    n.mac
+                }
+                None => {
+                    trace!(t, Stage::Neighbor, "{} unresolved on {}: held while it is resolved", target, out_port.name);
+                    return Action::Punt(Punt::Resolve { network: port.network, ip: target, port: out });
+                }
+            }
+        }
+    };
+
+    // rewrite
+    rewrite(frame, &parsed, out_port.mac, next_mac);
+    trace!(t, Stage::Rewrite, "src mac {}, dst mac {}, ttl {}", out_port.mac, next_mac, parsed.ttl - 1);
+    Action::Forward { port: out }
+}
+
+/// Decrements TTL / hop limit (IPv4 checksum updated incrementally) and sets the MACs.
+#[inline]
+pub fn rewrite(frame: &mut [u8], parsed: &Parsed, src: EthernetAddress, dst: EthernetAddress) {
+    let l3 = parsed.l3_offset;
+    if parsed.is_ipv6() {
+        let mut ip = Ipv6Packet::new_unchecked(&mut frame[l3..]);
+        let hl = ip.hop_limit();
+        ip.set_hop_limit(hl.saturating_sub(1));
+    } else {
+        Ipv4Packet::new_unchecked(&mut frame[l3..]).decrement_ttl();
+    }
+    let mut eth = EthernetFrame::new_unchecked(frame);
+    eth.set_src_addr(src);
+    eth.set_dst_addr(dst);
+}
+
+fn net_name(snap: &Snapshot, network: u16) -> &str {
+    snap.networks.get(usize::from(network)).map(|n| n.name.as_str()).unwrap_or("?")
+}

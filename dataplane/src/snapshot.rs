@@ -1,0 +1,146 @@
+//! One immutable generation of forwarding state — ports, networks (VRFs) with their
+//! route tables, next hops and neighbours — built by the control thread and read by
+//! every worker once per burst. A new generation is published as a whole; workers
+//! never see a half-applied change.
+
+use crate::lpm::{Lpm4, Lpm6, NextHop};
+use crate::wire::EthernetAddress;
+use rustc_hash::FxHashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
+
+/// What a port is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PortRole {
+    Uplink,
+    Pod,
+    Host,
+}
+
+impl PortRole {
+    pub const fn name(self) -> &'static str {
+        match self {
+            PortRole::Uplink => "uplink",
+            PortRole::Pod => "pod",
+            PortRole::Host => "host",
+        }
+    }
+}
+
+/// A port as the pipeline sees it. Indexed by the port's configuration index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortState {
+    pub name: String,
+    /// DPDK port id.
+    pub dpdk_id: u16,
+    pub role: PortRole,
+    /// Network (VRF) index.
+    pub network: u16,
+    /// Ferrule's MAC on this port: the gateway MAC pods see, the source MAC of
+    /// everything sent out of it.
+    pub mac: EthernetAddress,
+    pub mtu: u16,
+    /// Pod ports: the pod interface's MAC (destination of frames to the pod).
+    pub pod_mac: Option<EthernetAddress>,
+    /// Addresses Ferrule owns on this port: it answers ARP and ICMP echo for them
+    /// (the network's gateway on pod ports, the node IPs on uplinks).
+    pub local_v4: Vec<Ipv4Addr>,
+    /// IPv6 addresses Ferrule owns on this port (NS/NA and ICMPv6 echo).
+    pub local_v6: Vec<Ipv6Addr>,
+    /// Cross-connect peer: packets skip the pipeline and go straight there.
+    pub xconnect: Option<u16>,
+}
+
+impl PortState {
+    pub fn owns_v4(&self, a: Ipv4Addr) -> bool {
+        self.local_v4.contains(&a)
+    }
+
+    pub fn owns_v6(&self, a: Ipv6Addr) -> bool {
+        self.local_v6.contains(&a)
+    }
+}
+
+/// Where a route sends packets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NextHopEntry {
+    /// Out of `port`: to neighbour `via`, or on-link (the destination itself) when
+    /// `via` is `None`. On a pod port on-link means the pod's MAC.
+    Port { port: u16, via: Option<IpAddr> },
+    /// Dropped as `blackhole`.
+    Blackhole,
+    /// An address of Ferrule's own.
+    Local,
+}
+
+/// A resolved neighbour: the MAC to send to and the port it was learned on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Neighbor {
+    pub mac: EthernetAddress,
+    pub port: u16,
+}
+
+/// One network (VRF).
+#[derive(Debug, Clone)]
+pub struct Network {
+    pub name: String,
+    pub lpm4: Arc<Lpm4>,
+    pub lpm6: Arc<Lpm6>,
+    pub gateway_v4: Ipv4Addr,
+    pub gateway_v6: Ipv6Addr,
+}
+
+/// A whole generation of forwarding state.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// Increases with every publication.
+    pub generation: u64,
+    pub ports: Vec<PortState>,
+    pub networks: Vec<Network>,
+    /// Next hops, indexed by the values stored in the route tables.
+    pub next_hops: Arc<Vec<NextHopEntry>>,
+    /// Resolved neighbours by (network, address).
+    pub neighbors: Arc<FxHashMap<(u16, IpAddr), Neighbor>>,
+}
+
+impl Snapshot {
+    /// An empty generation 0 (no ports, the default network without routes).
+    pub fn empty() -> Snapshot {
+        Snapshot {
+            generation: 0,
+            ports: Vec::new(),
+            networks: vec![Network {
+                name: "default".into(),
+                lpm4: Arc::new(Lpm4::new()),
+                lpm6: Arc::new(Lpm6::new()),
+                gateway_v4: Ipv4Addr::new(169, 254, 1, 1),
+                gateway_v6: Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 1),
+            }],
+            next_hops: Arc::new(Vec::new()),
+            neighbors: Arc::new(FxHashMap::default()),
+        }
+    }
+
+    /// The next hop a route table value points to.
+    #[inline]
+    pub fn next_hop(&self, nh: NextHop) -> Option<&NextHopEntry> {
+        self.next_hops.get(nh as usize)
+    }
+
+    /// Longest-prefix match in a network.
+    #[inline]
+    pub fn route(&self, network: u16, dst: IpAddr) -> Option<(NextHop, &NextHopEntry)> {
+        let net = self.networks.get(usize::from(network))?;
+        let nh = match dst {
+            IpAddr::V4(a) => net.lpm4.lookup(a)?,
+            IpAddr::V6(a) => net.lpm6.lookup(a)?,
+        };
+        self.next_hop(nh).map(|e| (nh, e))
+    }
+
+    /// A resolved neighbour.
+    #[inline]
+    pub fn neighbor(&self, network: u16, ip: IpAddr) -> Option<&Neighbor> {
+        self.neighbors.get(&(network, ip))
+    }
+}

@@ -1,0 +1,236 @@
+//! Zero-copy packet header views and their owned representations (smoltcp `wire` style).
+//!
+//! Each protocol has a view `XPacket<T: AsRef<[u8]>>` over a byte buffer and, where it
+//! makes sense, an owned `XRepr` that `parse`s from a view and `emit`s into one.
+//!
+//! The contract every view keeps:
+//!
+//! - `new_unchecked(buffer)` wraps without looking; accessors may panic on a short buffer.
+//! - `new_checked(buffer)` = `new_unchecked` + `check_len`. After it succeeds **no accessor
+//!   panics, whatever the bytes are** — variable-length regions (options, payloads) are
+//!   clamped to the buffer, so even a setter that makes the header lie (a bigger IHL, a
+//!   bigger UDP length) leaves the getters safe.
+//! - Getters need `T: AsRef<[u8]>`, setters `T: AsMut<[u8]>`; fields are big-endian.
+//! - `XRepr::parse` calls `check_len` itself and verifies checksums; `XRepr::emit` writes
+//!   a header into a buffer of at least `XRepr::buffer_len()` bytes (and panics on a
+//!   shorter one: that is a bug in the caller, not bad input).
+//!
+//! Layering is left to the caller: `vlan::l3_offset` finds the L3 header in a frame,
+//! `ipv6::transport` walks IPv6 extension headers to the L4 header.
+
+use core::fmt;
+use core::ops::Range;
+
+pub mod arp;
+pub mod checksum;
+pub mod ethernet;
+pub mod icmpv4;
+pub mod icmpv6;
+pub mod ipv4;
+pub mod ipv6;
+pub mod sctp;
+pub mod tcp;
+pub mod udp;
+pub mod vlan;
+
+pub use arp::{ArpOperation, ArpPacket, ArpRepr};
+pub use ethernet::{EtherType, EthernetAddress, EthernetRepr, Frame as EthernetFrame};
+pub use icmpv4::{Icmpv4Message, Icmpv4Packet, Icmpv4Repr};
+pub use icmpv6::{Icmpv6Message, Icmpv6Packet, Icmpv6Repr, NdpNeighborFlags, NdpOption};
+pub use ipv4::{Ipv4Cidr, Ipv4Packet, Ipv4Repr};
+pub use ipv6::{Ipv6Cidr, Ipv6FragInfo, Ipv6Packet, Ipv6Repr, Ipv6Transport};
+pub use sctp::SctpPacket;
+pub use tcp::{TcpFlags, TcpPacket, TcpRepr};
+pub use udp::{UdpPacket, UdpRepr};
+pub use vlan::{l3_offset, VlanHeader, VlanRepr};
+
+/// Why a buffer could not be read as a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Error {
+    /// The buffer ends before the header (or the length it declares) does.
+    Truncated,
+    /// A field holds a value the protocol forbids (bad version, IHL < 5, bad checksum, …).
+    Malformed,
+    /// Well-formed, but not something this code handles (a third VLAN tag, …).
+    Unsupported,
+}
+
+impl Error {
+    /// The name used in drop reasons, counters and logs.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Error::Truncated => "truncated",
+            Error::Malformed => "malformed",
+            Error::Unsupported => "unsupported",
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Error::Truncated => "truncated packet",
+            Error::Malformed => "malformed packet",
+            Error::Unsupported => "unsupported packet",
+        })
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// The result of parsing a packet.
+pub type Result<T> = core::result::Result<T, Error>;
+
+/// An IP protocol number (IPv4 `protocol`, IPv6 `next header`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+#[repr(transparent)]
+pub struct IpProtocol(pub u8);
+
+impl IpProtocol {
+    /// IPv6 Hop-by-Hop Options.
+    pub const HOP_BY_HOP: IpProtocol = IpProtocol(0);
+    /// ICMP for IPv4.
+    pub const ICMP: IpProtocol = IpProtocol(1);
+    /// TCP.
+    pub const TCP: IpProtocol = IpProtocol(6);
+    /// UDP.
+    pub const UDP: IpProtocol = IpProtocol(17);
+    /// IPv6 Routing header.
+    pub const IPV6_ROUTE: IpProtocol = IpProtocol(43);
+    /// IPv6 Fragment header.
+    pub const IPV6_FRAG: IpProtocol = IpProtocol(44);
+    /// Encapsulating Security Payload.
+    pub const ESP: IpProtocol = IpProtocol(50);
+    /// Authentication Header.
+    pub const AH: IpProtocol = IpProtocol(51);
+    /// ICMP for IPv6.
+    pub const ICMPV6: IpProtocol = IpProtocol(58);
+    /// IPv6 No Next Header.
+    pub const IPV6_NO_NXT: IpProtocol = IpProtocol(59);
+    /// IPv6 Destination Options.
+    pub const IPV6_OPTS: IpProtocol = IpProtocol(60);
+    /// SCTP.
+    pub const SCTP: IpProtocol = IpProtocol(132);
+
+    /// The short lower-case name ("tcp"), or `None` for a number without one here.
+    pub const fn name(self) -> Option<&'static str> {
+        Some(match self.0 {
+            0 => "hop-by-hop",
+            1 => "icmp",
+            6 => "tcp",
+            17 => "udp",
+            43 => "ipv6-route",
+            44 => "ipv6-frag",
+            50 => "esp",
+            51 => "ah",
+            58 => "icmpv6",
+            59 => "ipv6-nonxt",
+            60 => "ipv6-opts",
+            132 => "sctp",
+            _ => return None,
+        })
+    }
+
+    /// Whether this number names an IPv6 extension header that `ipv6::transport` walks
+    /// over (Hop-by-Hop, Routing, Fragment, Destination Options, AH).
+    pub const fn is_ipv6_extension(self) -> bool {
+        matches!(self.0, 0 | 43 | 44 | 51 | 60)
+    }
+}
+
+impl From<u8> for IpProtocol {
+    fn from(value: u8) -> Self {
+        IpProtocol(value)
+    }
+}
+
+impl From<IpProtocol> for u8 {
+    fn from(value: IpProtocol) -> Self {
+        value.0
+    }
+}
+
+impl fmt::Display for IpProtocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.name() {
+            Some(name) => f.write_str(name),
+            None => write!(f, "{}", self.0),
+        }
+    }
+}
+
+// Byte helpers shared by the views. Callers guarantee the range is in bounds (checked by
+// `check_len`); the clamp helper is for the variable-length regions.
+
+#[inline]
+fn read_u16(data: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([data[at], data[at + 1]])
+}
+
+#[inline]
+fn read_u32(data: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes([data[at], data[at + 1], data[at + 2], data[at + 3]])
+}
+
+#[inline]
+fn write_u16(data: &mut [u8], at: usize, value: u16) {
+    data[at..at + 2].copy_from_slice(&value.to_be_bytes());
+}
+
+#[inline]
+fn write_u32(data: &mut [u8], at: usize, value: u32) {
+    data[at..at + 4].copy_from_slice(&value.to_be_bytes());
+}
+
+#[inline]
+fn read_ipv4(data: &[u8], at: usize) -> std::net::Ipv4Addr {
+    std::net::Ipv4Addr::new(data[at], data[at + 1], data[at + 2], data[at + 3])
+}
+
+#[inline]
+fn read_ipv6(data: &[u8], at: usize) -> std::net::Ipv6Addr {
+    let mut octets = [0u8; 16];
+    octets.copy_from_slice(&data[at..at + 16]);
+    std::net::Ipv6Addr::from(octets)
+}
+
+/// `range` cut down to fit a buffer of `len` bytes (empty if it starts past the end).
+#[inline]
+fn clamp(range: Range<usize>, len: usize) -> Range<usize> {
+    let end = range.end.min(len);
+    range.start.min(end)..end
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ip_protocol_names() {
+        assert_eq!(IpProtocol::TCP.to_string(), "tcp");
+        assert_eq!(IpProtocol::ICMPV6.to_string(), "icmpv6");
+        assert_eq!(IpProtocol(253).to_string(), "253");
+        assert_eq!(IpProtocol::from(17), IpProtocol::UDP);
+        assert_eq!(u8::from(IpProtocol::SCTP), 132);
+        assert!(IpProtocol::IPV6_FRAG.is_ipv6_extension());
+        assert!(!IpProtocol::ESP.is_ipv6_extension());
+    }
+
+    #[test]
+    fn error_display() {
+        assert_eq!(Error::Truncated.to_string(), "truncated packet");
+        assert_eq!(Error::Malformed.name(), "malformed");
+        let boxed: Box<dyn std::error::Error> = Box::new(Error::Unsupported);
+        assert_eq!(boxed.to_string(), "unsupported packet");
+    }
+
+    #[test]
+    fn clamp_cuts_to_buffer() {
+        assert_eq!(clamp(2..10, 5), 2..5);
+        assert_eq!(clamp(7..10, 5), 5..5);
+        assert_eq!(clamp(2..4, 5), 2..4);
+        // A header length past the total length (after a setter) gives an empty range.
+        let (start, end) = (6, 4);
+        assert_eq!(clamp(start..end, 5), 4..4);
+    }
+}

@@ -1,0 +1,418 @@
+//! The pipeline on byte buffers, without the EAL: frames built by etherparse go
+//! through `pipeline::process` against a hand-built snapshot; results are decoded by
+//! etherparse again (an independent implementation) — MACs, TTL, checksums, ICMP.
+
+use etherparse::{Icmpv4Type, Icmpv6Type, NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
+use ferrule_dataplane::counters::DropReason;
+use ferrule_dataplane::lpm::{Lpm4, Lpm6};
+use ferrule_dataplane::pipeline::{self, icmp_error, Action, IcmpErrorKind, NoTrace, Punt, Recorder};
+use ferrule_dataplane::snapshot::{Neighbor, Network, NextHopEntry, PortRole, PortState, Snapshot};
+use ferrule_dataplane::wire::EthernetAddress;
+use rustc_hash::FxHashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
+
+const GW_MAC_A: [u8; 6] = [2, 0xfe, 0, 0, 0, 0xa];
+const GW_MAC_B: [u8; 6] = [2, 0xfe, 0, 0, 0, 0xb];
+const UPLINK_MAC: [u8; 6] = [2, 0xfe, 0, 0, 0, 0xc];
+const POD_A: [u8; 6] = [2, 0, 0, 0, 1, 2];
+const POD_B: [u8; 6] = [2, 0, 0, 0, 1, 3];
+const ROUTER: [u8; 6] = [2, 0, 0, 0, 9, 1];
+const GW4: Ipv4Addr = Ipv4Addr::new(169, 254, 1, 1);
+const GW6: Ipv6Addr = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 1);
+
+fn v6(s: &str) -> Ipv6Addr {
+    s.parse().expect("ipv6")
+}
+
+/// pod-a (0) 10.1.0.2, pod-b (1) 10.1.0.3 mtu 1400, uplink (2) 192.0.2.10/24 with a
+/// default route via 192.0.2.1 (resolved) and 198.51.100.0/24 via 192.0.2.99
+/// (unresolved); 203.0.113.0/24 blackholed; fd00:1::2 and ::3 on the pods.
+fn snapshot() -> Snapshot {
+    let pod = |name: &str, mac, pod_mac, mtu| PortState {
+        name: name.into(),
+        dpdk_id: 0,
+        role: PortRole::Pod,
+        network: 0,
+        mac: EthernetAddress(mac),
+        mtu,
+        pod_mac: Some(EthernetAddress(pod_mac)),
+        local_v4: vec![GW4],
+        local_v6: vec![GW6],
+        xconnect: None,
+    };
+    let ports = vec![
+        pod("pod-a", GW_MAC_A, POD_A, 1500),
+        pod("pod-b", GW_MAC_B, POD_B, 1400),
+        PortState {
+            name: "uplink0".into(),
+            dpdk_id: 2,
+            role: PortRole::Uplink,
+            network: 0,
+            mac: EthernetAddress(UPLINK_MAC),
+            mtu: 1500,
+            pod_mac: None,
+            local_v4: vec![Ipv4Addr::new(192, 0, 2, 10)],
+            local_v6: vec![v6("2001:db8::10")],
+            xconnect: None,
+        },
+    ];
+    let next_hops = vec![
+        NextHopEntry::Port { port: 0, via: None },
+        NextHopEntry::Port { port: 1, via: None },
+        NextHopEntry::Port { port: 2, via: None },
+        NextHopEntry::Port { port: 2, via: Some(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1))) },
+        NextHopEntry::Local,
+        NextHopEntry::Blackhole,
+        NextHopEntry::Port { port: 2, via: Some(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 99))) },
+    ];
+    let mut l4 = Lpm4::new();
+    l4.insert(Ipv4Addr::new(10, 1, 0, 2), 32, 0).expect("route");
+    l4.insert(Ipv4Addr::new(10, 1, 0, 3), 32, 1).expect("route");
+    l4.insert(Ipv4Addr::new(192, 0, 2, 0), 24, 2).expect("route");
+    l4.insert(Ipv4Addr::new(192, 0, 2, 10), 32, 4).expect("route");
+    l4.insert(Ipv4Addr::UNSPECIFIED, 0, 3).expect("route");
+    l4.insert(Ipv4Addr::new(203, 0, 113, 0), 24, 5).expect("route");
+    l4.insert(Ipv4Addr::new(198, 51, 100, 0), 24, 6).expect("route");
+    let mut l6 = Lpm6::new();
+    l6.insert(v6("fd00:1::2"), 128, 0).expect("route");
+    l6.insert(v6("fd00:1::3"), 128, 1).expect("route");
+    let mut neighbors = FxHashMap::default();
+    neighbors.insert(
+        (0u16, IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1))),
+        Neighbor { mac: EthernetAddress(ROUTER), port: 2 },
+    );
+    Snapshot {
+        generation: 1,
+        ports,
+        networks: vec![Network {
+            name: "default".into(),
+            lpm4: Arc::new(l4),
+            lpm6: Arc::new(l6),
+            gateway_v4: GW4,
+            gateway_v6: GW6,
+        }],
+        next_hops: Arc::new(next_hops),
+        neighbors: Arc::new(neighbors),
+    }
+}
+
+fn udp4(src_mac: [u8; 6], dst_mac: [u8; 6], src: [u8; 4], dst: [u8; 4], ttl: u8, len: usize) -> Vec<u8> {
+    let mut f = Vec::new();
+    PacketBuilder::ethernet2(src_mac, dst_mac)
+        .ipv4(src, dst, ttl)
+        .udp(5000, 53)
+        .write(&mut f, &vec![0xab; len])
+        .expect("build");
+    f
+}
+
+fn run(snap: &Snapshot, port: u16, frame: &mut [u8]) -> Action {
+    pipeline::process(snap, port, frame, &mut NoTrace)
+}
+
+#[test]
+fn pod_to_pod_forwarding_rewrites_macs_and_ttl_with_valid_checksums() {
+    let snap = snapshot();
+    let mut f = udp4(POD_A, GW_MAC_A, [10, 1, 0, 2], [10, 1, 0, 3], 64, 100);
+    assert_eq!(run(&snap, 0, &mut f), Action::Forward { port: 1 });
+    let p = SlicedPacket::from_ethernet(&f).expect("parses");
+    let eth = p.link.as_ref().and_then(|l| l.to_header()).expect("eth");
+    let eth = match eth {
+        etherparse::LinkHeader::Ethernet2(e) => e,
+        _ => panic!("not ethernet"),
+    };
+    assert_eq!(eth.source, GW_MAC_B);
+    assert_eq!(eth.destination, POD_B);
+    let Some(NetSlice::Ipv4(ip)) = p.net else { panic!("not ipv4") };
+    let h = ip.header().to_header();
+    assert_eq!(h.time_to_live, 63);
+    assert_eq!(h.header_checksum, h.calc_header_checksum(), "incremental IPv4 checksum");
+    let Some(TransportSlice::Udp(udp)) = p.transport else { panic!("not udp") };
+    let want = udp.to_header().calc_checksum_ipv4(&h, udp.payload()).expect("checksum");
+    assert_eq!(udp.checksum(), want, "UDP untouched and valid");
+}
+
+#[test]
+fn default_route_uses_the_resolved_neighbor_and_unresolved_ones_are_punted() {
+    let snap = snapshot();
+    let mut f = udp4(POD_A, GW_MAC_A, [10, 1, 0, 2], [8, 8, 8, 8], 64, 10);
+    assert_eq!(run(&snap, 0, &mut f), Action::Forward { port: 2 });
+    assert_eq!(&f[0..6], &ROUTER);
+    assert_eq!(&f[6..12], &UPLINK_MAC);
+    let orig = udp4(POD_A, GW_MAC_A, [10, 1, 0, 2], [198, 51, 100, 7], 64, 10);
+    let mut f = orig.clone();
+    assert_eq!(
+        run(&snap, 0, &mut f),
+        Action::Punt(Punt::Resolve { network: 0, ip: IpAddr::V4(Ipv4Addr::new(192, 0, 2, 99)), port: 2 })
+    );
+    assert_eq!(f, orig, "a punted packet is left as received");
+    // On-link on the uplink's connected subnet: the destination itself is resolved.
+    let mut f = udp4(POD_A, GW_MAC_A, [10, 1, 0, 2], [192, 0, 2, 55], 64, 10);
+    assert_eq!(
+        run(&snap, 0, &mut f),
+        Action::Punt(Punt::Resolve { network: 0, ip: IpAddr::V4(Ipv4Addr::new(192, 0, 2, 55)), port: 2 })
+    );
+}
+
+#[test]
+fn drops_have_reasons() {
+    let snap = snapshot();
+    let mut f = udp4(POD_A, GW_MAC_A, [10, 1, 0, 2], [203, 0, 113, 5], 64, 10);
+    assert_eq!(run(&snap, 0, &mut f), Action::Drop(DropReason::Blackhole));
+    let mut f = udp4(POD_A, [2, 9, 9, 9, 9, 9], [10, 1, 0, 2], [10, 1, 0, 3], 64, 10);
+    assert_eq!(run(&snap, 0, &mut f), Action::Drop(DropReason::DstMacMismatch));
+    // IPv6 to an address with no route.
+    let mut f = Vec::new();
+    PacketBuilder::ethernet2(POD_A, GW_MAC_A)
+        .ipv6(v6("fd00:1::2").octets(), v6("fd00:9::1").octets(), 64)
+        .udp(1, 2)
+        .write(&mut f, &[0; 8])
+        .expect("build");
+    assert_eq!(run(&snap, 0, &mut f), Action::Drop(DropReason::NoRoute));
+    // 802.1Q tagged.
+    let mut f = Vec::new();
+    PacketBuilder::ethernet2(POD_A, GW_MAC_A)
+        .single_vlan(etherparse::VlanId::try_new(5).expect("vid"))
+        .ipv4([10, 1, 0, 2], [10, 1, 0, 3], 64)
+        .udp(1, 2)
+        .write(&mut f, &[0; 8])
+        .expect("build");
+    assert_eq!(run(&snap, 0, &mut f), Action::Drop(DropReason::VlanTagged));
+    // Malformed: truncated in the IPv4 header, bad IHL, bad header checksum, bad total length.
+    let good = udp4(POD_A, GW_MAC_A, [10, 1, 0, 2], [10, 1, 0, 3], 64, 10);
+    for cut in [0, 10, 14, 20, 33] {
+        let mut f = good[..cut].to_vec();
+        assert_eq!(run(&snap, 0, &mut f), Action::Drop(DropReason::Malformed), "cut at {cut}");
+    }
+    let mut f = good.clone();
+    f[14] = 0x44; // IHL 4
+    assert_eq!(run(&snap, 0, &mut f), Action::Drop(DropReason::Malformed));
+    let mut f = good.clone();
+    f[24] ^= 0xff; // checksum
+    assert_eq!(run(&snap, 0, &mut f), Action::Drop(DropReason::Malformed));
+    let mut f = good.clone();
+    f[16] = 0x0f; // total length past the buffer
+    assert_eq!(run(&snap, 0, &mut f), Action::Drop(DropReason::Malformed));
+    let mut f = good;
+    f[12] = 0x88;
+    f[13] = 0xcc; // LLDP
+    assert_eq!(run(&snap, 0, &mut f), Action::Drop(DropReason::NotIp));
+}
+
+/// An ARP request written out byte by byte (RFC 826 layout).
+fn arp_request(sender_mac: [u8; 6], sender_ip: [u8; 4], target_ip: [u8; 4]) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&[0xff; 6]);
+    f.extend_from_slice(&sender_mac);
+    f.extend_from_slice(&[0x08, 0x06]);
+    f.extend_from_slice(&[0, 1, 0x08, 0x00, 6, 4, 0, 1]);
+    f.extend_from_slice(&sender_mac);
+    f.extend_from_slice(&sender_ip);
+    f.extend_from_slice(&[0; 6]);
+    f.extend_from_slice(&target_ip);
+    f.resize(60, 0); // Ethernet minimum, padded
+    f
+}
+
+#[test]
+fn arp_for_the_gateway_is_answered_in_place() {
+    let snap = snapshot();
+    let mut f = arp_request(POD_A, [10, 1, 0, 2], GW4.octets());
+    assert_eq!(run(&snap, 0, &mut f), Action::Reply);
+    assert_eq!(&f[0..6], &POD_A, "to the asker");
+    assert_eq!(&f[6..12], &GW_MAC_A, "from the pod port's gateway MAC");
+    assert_eq!(&f[12..14], &[0x08, 0x06]);
+    assert_eq!(&f[14..22], &[0, 1, 0x08, 0x00, 6, 4, 0, 2], "an Ethernet/IPv4 reply");
+    assert_eq!(&f[22..28], &GW_MAC_A, "sender hardware address");
+    assert_eq!(&f[28..32], &GW4.octets(), "sender protocol address");
+    assert_eq!(&f[32..38], &POD_A, "target hardware address");
+    assert_eq!(&f[38..42], &[10, 1, 0, 2], "target protocol address");
+    // Not for one of our addresses: ignored; an uplink answers for the node IP.
+    let mut f = arp_request(POD_A, [10, 1, 0, 2], [10, 1, 0, 3]);
+    assert_eq!(run(&snap, 0, &mut f), Action::Drop(DropReason::ArpIgnored));
+    let mut f = arp_request(ROUTER, [192, 0, 2, 1], [192, 0, 2, 10]);
+    assert_eq!(run(&snap, 2, &mut f), Action::Reply);
+    assert_eq!(&f[22..28], &UPLINK_MAC);
+    // A reply to us is punted to be learned.
+    let mut f = arp_request(ROUTER, [192, 0, 2, 1], [192, 0, 2, 10]);
+    f[0..6].copy_from_slice(&UPLINK_MAC);
+    f[21] = 2;
+    f[32..38].copy_from_slice(&UPLINK_MAC);
+    assert_eq!(run(&snap, 2, &mut f), Action::Punt(Punt::Learn));
+    assert_eq!(
+        pipeline::local::learned(&f),
+        Some((IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)), EthernetAddress(ROUTER)))
+    );
+}
+
+#[test]
+fn echo_to_the_gateway_is_answered_v4_and_v6() {
+    let snap = snapshot();
+    let mut f = Vec::new();
+    PacketBuilder::ethernet2(POD_A, GW_MAC_A)
+        .ipv4([10, 1, 0, 2], GW4.octets(), 64)
+        .icmpv4_echo_request(77, 3)
+        .write(&mut f, b"ping payload")
+        .expect("build");
+    assert_eq!(run(&snap, 0, &mut f), Action::Reply);
+    let p = SlicedPacket::from_ethernet(&f).expect("parses");
+    let Some(NetSlice::Ipv4(ip)) = &p.net else { panic!("ipv4") };
+    let h = ip.header().to_header();
+    assert_eq!((h.source, h.destination), (GW4.octets(), [10, 1, 0, 2]));
+    assert_eq!(h.header_checksum, h.calc_header_checksum());
+    let Some(TransportSlice::Icmpv4(icmp)) = &p.transport else { panic!("icmp") };
+    assert!(matches!(icmp.icmp_type(), Icmpv4Type::EchoReply(e) if e.id == 77 && e.seq == 3));
+    assert_eq!(icmp.checksum(), icmp.icmp_type().calc_checksum(icmp.payload()));
+    assert_eq!(icmp.payload(), b"ping payload");
+
+    let mut f = Vec::new();
+    PacketBuilder::ethernet2(POD_A, GW_MAC_A)
+        .ipv6(v6("fd00:1::2").octets(), GW6.octets(), 64)
+        .icmpv6_echo_request(9, 1)
+        .write(&mut f, b"v6")
+        .expect("build");
+    assert_eq!(run(&snap, 0, &mut f), Action::Reply);
+    let p = SlicedPacket::from_ethernet(&f).expect("parses");
+    let Some(NetSlice::Ipv6(ip)) = &p.net else { panic!("ipv6") };
+    let h = ip.header().to_header();
+    assert_eq!((h.source, h.destination), (GW6.octets(), v6("fd00:1::2").octets()));
+    let Some(TransportSlice::Icmpv6(icmp)) = &p.transport else { panic!("icmpv6") };
+    assert!(matches!(icmp.icmp_type(), Icmpv6Type::EchoReply(e) if e.id == 9));
+    let want = icmp.icmp_type().calc_checksum(h.source, h.destination, icmp.payload()).expect("sum");
+    assert_eq!(icmp.checksum(), want);
+}
+
+#[test]
+fn neighbor_solicitation_for_the_gateway_is_advertised() {
+    let snap = snapshot();
+    let target = GW6;
+    let group = pipeline::local::solicited_node(&target);
+    // NS built by etherparse: type 135 with an SLL option.
+    let mut body = vec![0u8; 4];
+    body.extend_from_slice(&target.octets());
+    body.extend_from_slice(&[1, 1]);
+    body.extend_from_slice(&POD_A);
+    let mut f = Vec::new();
+    PacketBuilder::ethernet2(POD_A, [0x33, 0x33, 0xff, 0, 0, 1])
+        .ipv6(v6("fe80::2").octets(), group.octets(), 255)
+        .icmpv6(Icmpv6Type::Unknown { type_u8: 135, code_u8: 0, bytes5to8: [0; 4] })
+        .write(&mut f, &body[4..])
+        .expect("build");
+    assert_eq!(run(&snap, 0, &mut f), Action::Reply);
+    let p = SlicedPacket::from_ethernet(&f).expect("parses");
+    let Some(NetSlice::Ipv6(ip)) = &p.net else { panic!("ipv6") };
+    let h = ip.header().to_header();
+    assert_eq!(h.source, GW6.octets());
+    assert_eq!(h.destination, v6("fe80::2").octets());
+    assert_eq!(h.hop_limit, 255);
+    let Some(TransportSlice::Icmpv6(icmp)) = &p.transport else { panic!("icmpv6") };
+    assert_eq!(icmp.icmp_type().type_u8(), 136);
+    let want = icmp.icmp_type().calc_checksum(h.source, h.destination, icmp.payload()).expect("sum");
+    assert_eq!(icmp.checksum(), want, "NA checksum");
+    assert_eq!(&icmp.payload()[..16], &GW6.octets(), "target");
+    assert_eq!(&icmp.payload()[16..18], &[2, 1], "target link-layer option");
+    assert_eq!(&icmp.payload()[18..24], &GW_MAC_A);
+    let learned = pipeline::local::learned(&f).expect("an NA is learnable");
+    assert_eq!(learned, (IpAddr::V6(GW6), EthernetAddress(GW_MAC_A)));
+}
+
+#[test]
+fn ttl_expiry_sends_time_exceeded_quoting_the_packet() {
+    let snap = snapshot();
+    let orig = udp4(POD_A, GW_MAC_A, [10, 1, 0, 2], [10, 1, 0, 3], 1, 30);
+    let mut f = orig.clone();
+    let action = run(&snap, 0, &mut f);
+    assert_eq!(
+        action,
+        Action::IcmpError { kind: IcmpErrorKind::TimeExceeded, reason: DropReason::TtlExceeded }
+    );
+    let parsed = pipeline::parse(&f, 0).expect("parses");
+    let mut out = vec![0u8; icmp_error::MAX_ERROR_FRAME];
+    let len = icmp_error::build(&snap.ports[0], &parsed, &f, IcmpErrorKind::TimeExceeded, &mut out)
+        .expect("an error is allowed");
+    let p = SlicedPacket::from_ethernet(&out[..len]).expect("parses");
+    let Some(NetSlice::Ipv4(ip)) = &p.net else { panic!("ipv4") };
+    let h = ip.header().to_header();
+    assert_eq!((h.source, h.destination), (GW4.octets(), [10, 1, 0, 2]));
+    assert_eq!(h.header_checksum, h.calc_header_checksum());
+    let Some(TransportSlice::Icmpv4(icmp)) = &p.transport else { panic!("icmp") };
+    assert!(matches!(icmp.icmp_type(), Icmpv4Type::TimeExceeded(_)));
+    assert_eq!(icmp.checksum(), icmp.icmp_type().calc_checksum(icmp.payload()));
+    assert_eq!(icmp.payload(), &orig[14..], "the whole original IP packet is quoted");
+    assert_eq!(&out[0..6], &POD_A);
+}
+
+#[test]
+fn mtu_exceeded_sends_frag_needed_or_packet_too_big() {
+    let snap = snapshot();
+    let mut f = udp4(POD_A, GW_MAC_A, [10, 1, 0, 2], [10, 1, 0, 3], 64, 1400);
+    // etherparse sets DF on IPv4 by default.
+    let a = run(&snap, 0, &mut f);
+    assert_eq!(a, Action::IcmpError { kind: IcmpErrorKind::FragNeeded { mtu: 1400 }, reason: DropReason::MtuExceeded });
+    let parsed = pipeline::parse(&f, 0).expect("parses");
+    let mut out = vec![0u8; icmp_error::MAX_ERROR_FRAME];
+    let len = icmp_error::build(&snap.ports[0], &parsed, &f, IcmpErrorKind::FragNeeded { mtu: 1400 }, &mut out)
+        .expect("allowed");
+    assert!(len <= 14 + 576);
+    let p = SlicedPacket::from_ethernet(&out[..len]).expect("parses");
+    let Some(TransportSlice::Icmpv4(icmp)) = &p.transport else { panic!("icmp") };
+    match icmp.icmp_type() {
+        Icmpv4Type::DestinationUnreachable(etherparse::icmpv4::DestUnreachableHeader::FragmentationNeeded {
+            next_hop_mtu,
+        }) => assert_eq!(next_hop_mtu, 1400),
+        other => panic!("unexpected {other:?}"),
+    }
+    // Without DF: dropped, no error.
+    f[14 + 6] &= !0x40;
+    let h = etherparse::Ipv4HeaderSlice::from_slice(&f[14..]).expect("ip").to_header();
+    let c = h.calc_header_checksum();
+    f[24..26].copy_from_slice(&c.to_be_bytes());
+    assert_eq!(run(&snap, 0, &mut f), Action::Drop(DropReason::MtuExceeded));
+
+    let mut f = Vec::new();
+    PacketBuilder::ethernet2(POD_A, GW_MAC_A)
+        .ipv6(v6("fd00:1::2").octets(), v6("fd00:1::3").octets(), 64)
+        .udp(1, 2)
+        .write(&mut f, &[0; 1400])
+        .expect("build");
+    let a = run(&snap, 0, &mut f);
+    assert_eq!(a, Action::IcmpError { kind: IcmpErrorKind::PacketTooBig { mtu: 1400 }, reason: DropReason::MtuExceeded });
+    let parsed = pipeline::parse(&f, 0).expect("parses");
+    let len = icmp_error::build(&snap.ports[0], &parsed, &f, IcmpErrorKind::PacketTooBig { mtu: 1400 }, &mut out)
+        .expect("allowed");
+    assert!(len <= 14 + 1280);
+    let p = SlicedPacket::from_ethernet(&out[..len]).expect("parses");
+    let Some(NetSlice::Ipv6(ip)) = &p.net else { panic!("ipv6") };
+    let h = ip.header().to_header();
+    let Some(TransportSlice::Icmpv6(icmp)) = &p.transport else { panic!("icmpv6") };
+    assert!(matches!(icmp.icmp_type(), Icmpv6Type::PacketTooBig { mtu: 1400 }));
+    let want = icmp.icmp_type().calc_checksum(h.source, h.destination, icmp.payload()).expect("sum");
+    assert_eq!(icmp.checksum(), want);
+}
+
+#[test]
+fn no_error_about_an_error() {
+    let snap = snapshot();
+    // An ICMP time exceeded (itself an error) with TTL 1: dropped without an error.
+    let mut f = Vec::new();
+    PacketBuilder::ethernet2(POD_A, GW_MAC_A)
+        .ipv4([10, 1, 0, 2], [10, 1, 0, 3], 1)
+        .icmpv4(Icmpv4Type::TimeExceeded(etherparse::icmpv4::TimeExceededCode::TtlExceededInTransit))
+        .write(&mut f, &[0x45; 28])
+        .expect("build");
+    let parsed = pipeline::parse(&f, 0).expect("parses");
+    assert!(!icmp_error::allowed(&parsed, &f));
+}
+
+#[test]
+fn trace_records_every_stage() {
+    let snap = snapshot();
+    let mut f = udp4(POD_A, GW_MAC_A, [10, 1, 0, 2], [8, 8, 8, 8], 64, 10);
+    let mut rec = Recorder::default();
+    let a = pipeline::process(&snap, 0, &mut f, &mut rec);
+    assert_eq!(a, Action::Forward { port: 2 });
+    let names: Vec<&str> = rec.stages.iter().map(|(s, _)| s.name()).collect();
+    assert_eq!(names, ["parse", "l2", "ttl", "route", "mtu", "neighbor", "rewrite"]);
+    assert!(rec.stages[3].1.contains("via 192.0.2.1"), "{:?}", rec.stages[3]);
+}
