@@ -190,8 +190,8 @@ pub enum RouteCommand {
 Add a route to PREFIX in a network: out of --port, to the next hop --via (resolved by
 ARP or neighbour discovery on that port) or, without --via, straight to the
 destination (an on-link route); or, with --blackhole, a route that drops matching
-packets (counted as `blackhole` drops). Prints nothing on success, like `ip route
-add`.
+packets (counted as `blackhole` drops). A route to the same prefix from the
+configuration or the API is replaced. Prints nothing on success, like `ip route add`.
 
 PREFIX is ADDR/LEN with the host bits clear (10.2.0.0/16, 2001:db8::/32), or a bare
 address for a host route (/32 or /128). The port must belong to the network, and
@@ -208,8 +208,8 @@ Examples:
     /// Delete a route.
     #[command(long_about = "\
 Delete the route to PREFIX (exactly that prefix, not the longest match) from a
-network. Connected, pod and local routes follow the ports' configuration. Prints
-nothing on success.")]
+network. Routes from the configuration or the API can be deleted; connected, pod and
+local routes follow the ports' configuration. Prints nothing on success.")]
     Del(RouteDelArgs),
 
     /// List routes.

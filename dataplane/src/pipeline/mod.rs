@@ -148,7 +148,7 @@ pub fn process<T: Tracer>(snap: &Snapshot, in_port: u16, frame: &mut [u8], t: &m
         trace!(t, Stage::L2, "destination {} is not {} of port {}", dst_mac, port.mac, port.name);
         return Action::Drop(DropReason::DstMacMismatch);
     }
-    trace!(t, Stage::L2, "destination {} accepted on port {} (network {})", dst_mac, port.name, port.network);
+    trace!(t, Stage::L2, "destination {} accepted on port {} (network {})", dst_mac, port.name, net_name(snap, port.network));
 
     if parsed.is_arp() {
         return local::arp(port, frame, t);
