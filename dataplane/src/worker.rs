@@ -5,7 +5,7 @@
 
 use crate::counters::{DropReason, WorkerCounters, MAX_PORTS};
 use crate::dpdk::{Burst, Mbuf, Mempool, MAX_BURST};
-use crate::pipeline::{self, icmp_error, Action, NoTrace};
+use crate::pipeline::{self, icmp_error, Action, NoTrace, Scratch};
 use crate::punt::{InjectItem, PuntItem, PuntQueues, TraceCapture, TRACE_SNAPLEN};
 use crossbeam_queue::ArrayQueue;
 
@@ -137,6 +137,13 @@ impl Shared {
         self.trace_remaining.load(Ordering::Relaxed)
     }
 
+    /// Whether packets received on `index` are being traced.
+    #[inline(always)]
+    fn trace_armed(&self, index: usize) -> bool {
+        self.trace_port.load(Ordering::Relaxed) == index as u32 + 1
+            && self.trace_remaining.load(Ordering::Relaxed) > 0
+    }
+
     /// Claims one capture slot for a packet received on `index`.
     #[inline(always)]
     fn claim_trace(&self, index: usize) -> bool {
@@ -164,6 +171,9 @@ struct Ctx<'a> {
     counters: &'a WorkerCounters,
     pool: &'a Mempool,
     actions: [Action; MAX_BURST],
+    scratch: Box<Scratch>,
+    /// Live-trace captures of the current burst (capacity fixed at start).
+    captures: Vec<(usize, TraceCapture)>,
     /// Per output port (configuration index), packets to send.
     out: Box<[Burst]>,
     /// Output ports with packets staged, in order of first use.
@@ -185,6 +195,8 @@ pub fn run(plan: &WorkerPlan, shared: &Shared, counters: &WorkerCounters, pool: 
         counters,
         pool,
         actions: [Action::Drop(DropReason::Malformed); MAX_BURST],
+        scratch: Box::default(),
+        captures: Vec::with_capacity(MAX_CAPTURES_PER_BURST),
         out: (0..MAX_PORTS).map(|_| Burst::new()).collect(),
         touched: [0; MAX_PORTS],
         n_touched: 0,
@@ -261,8 +273,8 @@ fn cross_connect(
     sent
 }
 
-/// Prefetch distance, in packets.
-const PREFETCH_AHEAD: usize = 4;
+/// Live-trace captures taken from one burst at most (the rest wait for later bursts).
+const MAX_CAPTURES_PER_BURST: usize = 8;
 
 impl Ctx<'_> {
     /// Runs a received burst through the pipeline and transmits the results. Returns
@@ -270,18 +282,19 @@ impl Ctx<'_> {
     fn pipeline(&mut self, burst: &mut Burst, job: &RxJob, snap: &Snapshot) -> u64 {
         let n = burst.len();
         let in_port = job.index as u16;
-        for i in 0..PREFETCH_AHEAD.min(n) {
-            burst.prefetch(i);
-        }
-        for i in 0..n {
-            burst.prefetch(i + PREFETCH_AHEAD);
-            let traced = self.shared.claim_trace(job.index).then(|| capture_start(burst, i, in_port, snap));
-            self.actions[i] = pipeline::process(snap, in_port, burst.data_mut(i), &mut NoTrace);
-            if let Some(mut cap) = traced {
-                cap.action = self.actions[i];
-                // A full trace queue loses the capture, never the packet.
-                let _ = self.shared.punt.traces.push(cap);
+        if self.shared.trace_armed(job.index) {
+            for i in 0..n {
+                if self.captures.len() == self.captures.capacity() || !self.shared.claim_trace(job.index) {
+                    break;
+                }
+                self.captures.push((i, capture_start(burst, i, in_port, snap)));
             }
+        }
+        pipeline::process_burst(snap, in_port, burst, &mut self.actions[..n], &mut self.scratch, &mut NoTrace);
+        for (i, mut cap) in self.captures.drain(..) {
+            cap.action = self.actions[i];
+            // A full trace queue loses the capture, never the packet.
+            let _ = self.shared.punt.traces.push(cap);
         }
         for i in 0..n {
             let Some(m) = burst.take(i) else { continue };

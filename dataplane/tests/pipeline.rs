@@ -416,3 +416,49 @@ fn trace_records_every_stage() {
     assert_eq!(names, ["parse", "l2", "ttl", "route", "mtu", "neighbor", "rewrite"]);
     assert!(rec.stages[3].1.contains("via 192.0.2.1"), "{:?}", rec.stages[3]);
 }
+
+#[test]
+fn a_burst_gives_the_same_verdicts_and_bytes_as_packet_by_packet() {
+    let snap = snapshot();
+    let mut frames: Vec<Vec<u8>> = Vec::new();
+    for i in 0..200u32 {
+        let dst = match i % 7 {
+            0 => [10, 1, 0, 3],
+            1 => [8, 8, (i % 250) as u8, 1],
+            2 => [203, 0, 113, 9],
+            3 => [198, 51, 100, 7],
+            4 => [192, 0, 2, 10],
+            5 => [10, 1, 0, 2],
+            _ => [192, 0, 2, 1],
+        };
+        let ttl = if i % 11 == 0 { 1 } else { 64 };
+        let len = if i % 13 == 0 { 1450 } else { (i as usize * 7) % 300 };
+        frames.push(udp4(POD_A, GW_MAC_A, [10, 1, 0, 2], dst, ttl, len));
+        if i % 17 == 0 {
+            frames.push(arp_request(POD_A, [10, 1, 0, 2], GW4.octets()));
+        }
+        if i % 19 == 0 {
+            let mut f = Vec::new();
+            PacketBuilder::ethernet2(POD_A, GW_MAC_A)
+                .ipv6(v6("fd00:1::2").octets(), v6("fd00:1::3").octets(), 64)
+                .tcp(1, 2, 3, 4)
+                .write(&mut f, &[1; 20])
+                .expect("build");
+            frames.push(f);
+        }
+    }
+    frames.truncate(pipeline::MAX_BURST);
+    let mut one_by_one = frames.clone();
+    let expected: Vec<Action> = one_by_one.iter_mut().map(|f| run(&snap, 0, f)).collect();
+    let mut actions = vec![Action::Drop(DropReason::Malformed); frames.len()];
+    let mut scratch = pipeline::Scratch::default();
+    pipeline::process_burst(&snap, 0, frames.as_mut_slice(), &mut actions, &mut scratch, &mut NoTrace);
+    assert_eq!(actions, expected);
+    assert_eq!(frames, one_by_one, "same rewrites");
+    assert!(expected.iter().any(|a| matches!(a, Action::Forward { port: 1 })));
+    assert!(expected.iter().any(|a| matches!(a, Action::Forward { port: 2 })));
+    assert!(expected.iter().any(|a| matches!(a, Action::Reply)));
+    assert!(expected.iter().any(|a| matches!(a, Action::Punt(_))));
+    assert!(expected.iter().any(|a| matches!(a, Action::IcmpError { .. })));
+    assert!(expected.iter().any(|a| matches!(a, Action::Drop(DropReason::Blackhole))));
+}

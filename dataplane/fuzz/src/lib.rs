@@ -9,10 +9,10 @@ use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ferrule_dataplane::wire::{
-    checksum, icmpv6, ipv6, sctp, ArpPacket, ArpRepr, EtherType, EthernetAddress,
-    EthernetFrame, EthernetRepr, Icmpv4Packet, Icmpv4Repr, Icmpv6Packet, Icmpv6Repr,
-    IpProtocol, Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr, SctpPacket, TcpPacket, TcpRepr,
-    UdpPacket, UdpRepr, VlanHeader, VlanRepr,
+    checksum, icmpv6, ipv6, sctp, ArpPacket, ArpRepr, EtherType, EthernetAddress, EthernetFrame,
+    EthernetRepr, Icmpv4Packet, Icmpv4Repr, Icmpv6Packet, Icmpv6Repr, IpProtocol, Ipv4Packet,
+    Ipv4Repr, Ipv6Packet, Ipv6Repr, SctpPacket, TcpPacket, TcpRepr, UdpPacket, UdpRepr, VlanHeader,
+    VlanRepr,
 };
 
 /// Runs every parser over `data` as an Ethernet frame, and every view directly over
@@ -34,8 +34,14 @@ fn any_layer(data: &[u8]) -> usize {
     accepted += arp(data);
     accepted += ipv4(data);
     accepted += ipv6(data);
-    let v4 = (IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)));
-    let v6 = (IpAddr::V6(Ipv6Addr::LOCALHOST), IpAddr::V6(Ipv6Addr::UNSPECIFIED));
+    let v4 = (
+        IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+        IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
+    );
+    let v6 = (
+        IpAddr::V6(Ipv6Addr::LOCALHOST),
+        IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+    );
     for (src, dst) in [&v4, &v6] {
         accepted += tcp(data, src, dst);
         accepted += udp(data, src, dst);
@@ -50,9 +56,19 @@ fn ethernet(data: &[u8]) -> usize {
     let Ok(frame) = EthernetFrame::new_checked(data) else {
         return 0;
     };
-    black_box((frame.dst_addr(), frame.src_addr(), frame.ethertype(), frame.payload()));
+    black_box((
+        frame.dst_addr(),
+        frame.src_addr(),
+        frame.ethertype(),
+        frame.payload(),
+    ));
     let dst = frame.dst_addr();
-    black_box((dst.is_broadcast(), dst.is_multicast(), dst.is_unicast(), dst.to_string()));
+    black_box((
+        dst.is_broadcast(),
+        dst.is_multicast(),
+        dst.is_unicast(),
+        dst.to_string(),
+    ));
     if let Ok(repr) = EthernetRepr::parse(&frame) {
         let mut copy = data.to_vec();
         repr.emit(&mut EthernetFrame::new_unchecked(&mut copy[..]));
@@ -82,7 +98,14 @@ fn vlan(data: &[u8]) -> usize {
     let Ok(tag) = VlanHeader::new_checked(data) else {
         return 0;
     };
-    black_box((tag.tci(), tag.pcp(), tag.dei(), tag.vlan_id(), tag.ethertype(), tag.payload()));
+    black_box((
+        tag.tci(),
+        tag.pcp(),
+        tag.dei(),
+        tag.vlan_id(),
+        tag.ethertype(),
+        tag.payload(),
+    ));
     let repr = VlanRepr::parse(&tag).expect("checked tag parses");
     let mut copy = data.to_vec();
     let mut view = VlanHeader::new_unchecked(&mut copy[..]);
@@ -113,7 +136,11 @@ fn arp(data: &[u8]) -> usize {
     if let Ok(repr) = ArpRepr::parse(&packet) {
         let mut copy = data.to_vec();
         repr.emit(&mut ArpPacket::new_unchecked(&mut copy[..]));
-        assert_eq!(&copy[..28], &data[..28], "arp emit must reproduce the packet");
+        assert_eq!(
+            &copy[..28],
+            &data[..28],
+            "arp emit must reproduce the packet"
+        );
         black_box(repr.to_string());
     }
     1
@@ -137,11 +164,19 @@ fn ipv4(data: &[u8]) -> usize {
     let was_valid = view.verify_checksum();
     if view.hop_limit() > 0 {
         view.decrement_ttl();
-        assert_eq!(view.verify_checksum(), was_valid, "decrement_ttl keeps the checksum");
+        assert_eq!(
+            view.verify_checksum(),
+            was_valid,
+            "decrement_ttl keeps the checksum"
+        );
     }
     view.rewrite_src_addr(Ipv4Addr::new(100, 64, 0, 1));
     view.rewrite_dst_addr(Ipv4Addr::BROADCAST);
-    assert_eq!(view.verify_checksum(), was_valid, "rewrites keep the checksum");
+    assert_eq!(
+        view.verify_checksum(),
+        was_valid,
+        "rewrites keep the checksum"
+    );
     view.set_header_len(60);
     view.set_total_len(u16::MAX);
     view.set_frag_offset(u16::MAX);
@@ -172,7 +207,13 @@ fn ipv4_accessors<T: AsRef<[u8]>>(p: &Ipv4Packet<T>) {
         p.next_header(),
         p.checksum(),
     ));
-    black_box((p.src_addr(), p.dst_addr(), p.header(), p.options(), p.payload()));
+    black_box((
+        p.src_addr(),
+        p.dst_addr(),
+        p.header(),
+        p.options(),
+        p.payload(),
+    ));
     black_box(p.verify_checksum());
 }
 
@@ -201,7 +242,10 @@ fn ipv6(data: &[u8]) -> usize {
 
     let mut accepted = 1;
     if let (Ok(t), Ok(final_dst)) = (walk, final_dst) {
-        let l4 = packet.packet().get(t.offset..).expect("the walk stays in the packet");
+        let l4 = packet
+            .packet()
+            .get(t.offset..)
+            .expect("the walk stays in the packet");
         if t.has_transport_header() {
             let src = IpAddr::V6(packet.src_addr());
             accepted += transport(t.protocol, l4, &src, &IpAddr::V6(final_dst));
@@ -220,7 +264,10 @@ fn ipv6_accessors<T: AsRef<[u8]>>(p: &Ipv6Packet<T>) {
         p.hop_limit(),
     ));
     black_box((p.src_addr(), p.dst_addr(), p.payload(), p.packet()));
-    black_box((ipv6::is_link_local(&p.src_addr()), ipv6::solicited_node(&p.dst_addr())));
+    black_box((
+        ipv6::is_link_local(&p.src_addr()),
+        ipv6::solicited_node(&p.dst_addr()),
+    ));
 }
 
 fn transport(proto: IpProtocol, l4: &[u8], src: &IpAddr, dst: &IpAddr) -> usize {
@@ -259,7 +306,11 @@ fn tcp(data: &[u8], src: &IpAddr, dst: &IpAddr) -> usize {
     view.set_flags(packet.flags());
     view.fill_checksum(src, dst);
     assert!(view.verify_checksum(src, dst));
-    black_box((view.options_mut().len(), view.payload_mut().len(), view.payload().len()));
+    black_box((
+        view.options_mut().len(),
+        view.payload_mut().len(),
+        view.payload().len(),
+    ));
     1
 }
 
@@ -267,7 +318,12 @@ fn udp(data: &[u8], src: &IpAddr, dst: &IpAddr) -> usize {
     let Ok(packet) = UdpPacket::new_checked(data) else {
         return 0;
     };
-    black_box((packet.src_port(), packet.dst_port(), packet.len(), packet.checksum()));
+    black_box((
+        packet.src_port(),
+        packet.dst_port(),
+        packet.len(),
+        packet.checksum(),
+    ));
     black_box(packet.payload());
     let valid = packet.verify_checksum(src, dst);
     assert_eq!(UdpRepr::parse(&packet, src, dst).is_ok(), valid);
@@ -284,8 +340,16 @@ fn sctp(data: &[u8]) -> usize {
     let Ok(packet) = SctpPacket::new_checked(data) else {
         return 0;
     };
-    black_box((packet.src_port(), packet.dst_port(), packet.verification_tag()));
-    black_box((packet.checksum(), packet.verify_checksum(), packet.payload()));
+    black_box((
+        packet.src_port(),
+        packet.dst_port(),
+        packet.verification_tag(),
+    ));
+    black_box((
+        packet.checksum(),
+        packet.verify_checksum(),
+        packet.payload(),
+    ));
     for chunk in packet.chunks() {
         black_box(chunk.ok());
     }

@@ -200,3 +200,25 @@ impl Drop for Burst {
         self.free_all();
     }
 }
+
+impl crate::pipeline::Frames for Burst {
+    #[inline(always)]
+    fn count(&self) -> usize {
+        self.len
+    }
+
+    #[inline(always)]
+    fn frame(&self, i: usize) -> &[u8] {
+        self.data(i)
+    }
+
+    #[inline(always)]
+    fn frame_mut(&mut self, i: usize) -> &mut [u8] {
+        self.data_mut(i)
+    }
+
+    #[inline(always)]
+    fn prefetch(&self, i: usize) {
+        Burst::prefetch(self, i);
+    }
+}

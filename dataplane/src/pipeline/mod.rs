@@ -12,7 +12,8 @@ pub mod parse;
 pub mod synth;
 
 use crate::counters::DropReason;
-use crate::snapshot::{NextHopEntry, PortRole, Snapshot};
+use crate::lpm;
+use crate::snapshot::{NextHopEntry, PortRole, PortState, Snapshot};
 use crate::wire::{EthernetAddress, EthernetFrame, Ipv4Packet, Ipv6Packet};
 use std::fmt;
 use std::net::IpAddr;
@@ -123,18 +124,158 @@ macro_rules! trace {
 }
 pub(crate) use trace;
 
-/// Runs one received frame through the pipeline. `frame` is rewritten in place for
-/// `Forward` and `Reply`; for every other action it is left as received (so a punted
-/// or traced packet is still the original).
+/// Most packets one call of [`process_burst`] handles.
+pub const MAX_BURST: usize = 256;
+
+/// A burst of frames the pipeline can read and rewrite in place: the worker's mbuf
+/// burst, or plain buffers in tests, benchmarks and traces.
+pub trait Frames {
+    fn count(&self) -> usize;
+    fn frame(&self, i: usize) -> &[u8];
+    fn frame_mut(&mut self, i: usize) -> &mut [u8];
+    /// Hints that frame `i` will be read soon (no-op by default and out of range).
+    #[inline(always)]
+    fn prefetch(&self, _i: usize) {}
+}
+
+/// How many packets ahead stage 1 prefetches.
+const PREFETCH_AHEAD: usize = 4;
+
+impl Frames for [Vec<u8>] {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn frame(&self, i: usize) -> &[u8] {
+        &self[i]
+    }
+    fn frame_mut(&mut self, i: usize) -> &mut [u8] {
+        &mut self[i]
+    }
+}
+
+/// One frame as a burst of one (traces).
+impl Frames for &mut [u8] {
+    fn count(&self) -> usize {
+        1
+    }
+    fn frame(&self, _: usize) -> &[u8] {
+        self
+    }
+    fn frame_mut(&mut self, _: usize) -> &mut [u8] {
+        self
+    }
+}
+
+/// Per-burst working arrays, allocated once per worker and reused.
+#[derive(Debug)]
+pub struct Scratch {
+    parsed: [Parsed; MAX_BURST],
+    /// Packets still to be routed, by index; IPv4 destinations and their next hops.
+    pending4: [u16; MAX_BURST],
+    dst4: [u32; MAX_BURST],
+    nh4: [u32; MAX_BURST],
+    pending6: [u16; MAX_BURST],
+}
+
+impl Default for Scratch {
+    fn default() -> Self {
+        Scratch {
+            parsed: [Parsed::EMPTY; MAX_BURST],
+            pending4: [0; MAX_BURST],
+            dst4: [0; MAX_BURST],
+            nh4: [0; MAX_BURST],
+            pending6: [0; MAX_BURST],
+        }
+    }
+}
+
+/// Runs one received frame through the pipeline (a burst of one). `frame` is rewritten
+/// in place for `Forward` and `Reply`; for every other action it is left as received
+/// (so a punted or traced packet is still the original).
 pub fn process<T: Tracer>(snap: &Snapshot, in_port: u16, frame: &mut [u8], t: &mut T) -> Action {
+    let mut scratch = Scratch::default();
+    let mut actions = [Action::Drop(DropReason::Malformed)];
+    let mut one: &mut [u8] = frame;
+    process_burst(snap, in_port, &mut one, &mut actions, &mut scratch, t);
+    actions[0]
+}
+
+/// Runs a burst received on `in_port` through the pipeline, stage by stage: parse, l2
+/// and local handling for every packet; one batched route lookup for all IPv4
+/// packets left; then next hop, MTU, neighbour and rewrite. `actions[i]` receives the
+/// verdict of frame `i`.
+pub fn process_burst<F: Frames + ?Sized, T: Tracer>(
+    snap: &Snapshot,
+    in_port: u16,
+    frames: &mut F,
+    actions: &mut [Action],
+    s: &mut Scratch,
+    t: &mut T,
+) {
+    let n = frames.count().min(MAX_BURST).min(actions.len());
     let Some(port) = snap.ports.get(usize::from(in_port)) else {
-        return Action::Drop(DropReason::Malformed);
+        actions[..n].fill(Action::Drop(DropReason::Malformed));
+        return;
     };
+    let (mut n4, mut n6) = (0usize, 0usize);
+    // Stage 1: parse, l2, local, ttl.
+    for i in 0..PREFETCH_AHEAD.min(n) {
+        frames.prefetch(i);
+    }
+    for i in 0..n {
+        frames.prefetch(i + PREFETCH_AHEAD);
+        match front(snap, port, frames.frame_mut(i), t) {
+            Ok(parsed) => {
+                s.parsed[i] = parsed;
+                if parsed.is_ipv6() {
+                    s.pending6[n6] = i as u16;
+                    n6 += 1;
+                } else {
+                    s.pending4[n4] = i as u16;
+                    s.dst4[n4] = u32::from_be_bytes(v4_octets(&parsed.key.dst));
+                    n4 += 1;
+                }
+            }
+            Err(action) => actions[i] = action,
+        }
+    }
+    // Stage 2: route lookups, IPv4 batched (prefetching the table).
+    let net = snap.networks.get(usize::from(port.network));
+    if let Some(net) = net {
+        net.lpm4.lookup_batch(&s.dst4[..n4], &mut s.nh4[..n4]);
+    }
+    // Stage 3: next hop, MTU, neighbour, rewrite.
+    for k in 0..n4 {
+        let i = usize::from(s.pending4[k]);
+        let nh = if net.is_some() { s.nh4[k] } else { lpm::NO_ROUTE };
+        actions[i] = back(snap, port, &s.parsed[i], nh, frames.frame_mut(i), t);
+    }
+    for k in 0..n6 {
+        let i = usize::from(s.pending6[k]);
+        let dst = s.parsed[i].key.dst_ip();
+        let nh = match (net, dst) {
+            (Some(net), IpAddr::V6(a)) => net.lpm6.lookup(a).unwrap_or(lpm::NO_ROUTE),
+            _ => lpm::NO_ROUTE,
+        };
+        actions[i] = back(snap, port, &s.parsed[i], nh, frames.frame_mut(i), t);
+    }
+}
+
+/// The IPv4 address inside an IPv4-mapped key address.
+#[inline(always)]
+fn v4_octets(mapped: &[u8; 16]) -> [u8; 4] {
+    [mapped[12], mapped[13], mapped[14], mapped[15]]
+}
+
+/// Parse, l2, local and ttl: `Ok(parsed)` when the packet goes on to routing, else the
+/// action that ends its path here.
+#[inline(always)]
+fn front<T: Tracer>(snap: &Snapshot, port: &PortState, frame: &mut [u8], t: &mut T) -> Result<Parsed, Action> {
     let parsed = match parse::parse(frame, port.network) {
         Ok(p) => p,
         Err(reason) => {
             trace!(t, Stage::Parse, "{} byte frame: {}", frame.len(), reason.name());
-            return Action::Drop(reason);
+            return Err(Action::Drop(reason));
         }
     };
     trace!(t, Stage::Parse, "{}", parsed);
@@ -146,27 +287,43 @@ pub fn process<T: Tracer>(snap: &Snapshot, in_port: u16, frame: &mut [u8], t: &m
         || (dst_mac.is_multicast() && parsed.is_ipv6());
     if !l2_ok {
         trace!(t, Stage::L2, "destination {} is not {} of port {}", dst_mac, port.mac, port.name);
-        return Action::Drop(DropReason::DstMacMismatch);
+        return Err(Action::Drop(DropReason::DstMacMismatch));
     }
-    trace!(t, Stage::L2, "destination {} accepted on port {} (network {})", dst_mac, port.name, net_name(snap, port.network));
+    trace!(
+        t,
+        Stage::L2,
+        "destination {} accepted on port {} (network {})",
+        dst_mac,
+        port.name,
+        net_name(snap, port.network)
+    );
 
     if parsed.is_arp() {
-        return local::arp(port, frame, t);
+        return Err(local::arp(port, frame, t));
     }
     if let Some(action) = local::input(snap, port, &parsed, frame, t) {
-        return action;
+        return Err(action);
     }
-
-    let dst = parsed.key.dst_ip();
-    // ttl
     if parsed.ttl <= 1 {
         trace!(t, Stage::Ttl, "ttl {} expires here: ICMP time exceeded to {}", parsed.ttl, parsed.key.src_ip());
-        return Action::IcmpError { kind: IcmpErrorKind::TimeExceeded, reason: DropReason::TtlExceeded };
+        return Err(Action::IcmpError { kind: IcmpErrorKind::TimeExceeded, reason: DropReason::TtlExceeded });
     }
     trace!(t, Stage::Ttl, "ttl {} -> {}", parsed.ttl, parsed.ttl - 1);
+    Ok(parsed)
+}
 
-    // route
-    let Some((nh, entry)) = snap.route(port.network, dst) else {
+/// Route (given the looked-up next hop), MTU, neighbour and rewrite.
+#[inline(always)]
+fn back<T: Tracer>(
+    snap: &Snapshot,
+    port: &PortState,
+    parsed: &Parsed,
+    nh: u32,
+    frame: &mut [u8],
+    t: &mut T,
+) -> Action {
+    let dst = parsed.key.dst_ip();
+    let Some(entry) = (nh != lpm::NO_ROUTE).then(|| snap.next_hop(nh)).flatten() else {
         trace!(t, Stage::Route, "no route to {} in network {}", dst, net_name(snap, port.network));
         return Action::Drop(DropReason::NoRoute);
     };
@@ -239,7 +396,7 @@ pub fn process<T: Tracer>(snap: &Snapshot, in_port: u16, frame: &mut [u8], t: &m
     };
 
     // rewrite
-    rewrite(frame, &parsed, out_port.mac, next_mac);
+    rewrite(frame, parsed, out_port.mac, next_mac);
     trace!(t, Stage::Rewrite, "src mac {}, dst mac {}, ttl {}", out_port.mac, next_mac, parsed.ttl - 1);
     Action::Forward { port: out }
 }

@@ -30,6 +30,26 @@ pub struct Parsed {
 }
 
 impl Parsed {
+    /// A placeholder for scratch arrays.
+    pub const EMPTY: Parsed = Parsed {
+        ethertype: EtherType(0),
+        l3_offset: 0,
+        l3_len: 0,
+        l4_offset: 0,
+        ttl: 0,
+        dont_frag: false,
+        later_fragment: false,
+        key: FlowKey {
+            src: [0; 16],
+            dst: [0; 16],
+            src_port: 0,
+            dst_port: 0,
+            network: 0,
+            proto: 0,
+            family: Family::V4,
+        },
+    };
+
     #[inline]
     pub fn is_arp(&self) -> bool {
         self.ethertype == EtherType::ARP
