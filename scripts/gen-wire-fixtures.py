@@ -490,8 +490,8 @@ def describe(pkt):
         if isinstance(i, (ICMPv6ND_NS, ICMPv6ND_NA, ICMPv6ND_RS, ICMPv6ND_RA)):
             opt = i.payload
             n = 0
-            while opt is not None and not isinstance(opt, (Raw, Padding)) and opt.name != "NoPayload":
-                if not hasattr(opt, "len") or not hasattr(opt, "type"):
+            while opt is not None and not isinstance(opt, (Raw, Padding)):
+                if opt.name == "NoPayload" or not hasattr(opt, "len") or not hasattr(opt, "type"):
                     break
                 put(f"icmp6.opt.{n}.type", opt.type)
                 put(f"icmp6.opt.{n}.len", opt.len)

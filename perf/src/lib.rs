@@ -1,1 +1,3 @@
-//! Ferrule benchmark helpers.
+//! Ferrule benchmark helpers: route tables and traffic shared by the benchmarks.
+
+pub mod routes;

@@ -63,11 +63,15 @@ impl EalConfig {
         a.push("-m".into());
         a.push(self.memory_mb.to_string());
         if !self.hugepages {
+            // Without hugepages the EAL uses legacy memory, which --in-memory refuses;
+            // --no-shconf still keeps the runtime files away.
             a.push("--no-huge".into());
-        }
-        if self.in_memory {
+            if self.in_memory {
+                a.push("--no-shconf".into());
+            }
+        } else if self.in_memory {
             a.push("--in-memory".into());
-        } else if self.hugepages {
+        } else {
             a.push("--huge-unlink".into());
         }
         a.push("--file-prefix".into());
@@ -182,7 +186,8 @@ mod tests {
         assert!(a.windows(2).any(|w| w == ["--main-lcore", "0"]));
         assert!(a.contains(&"--no-huge".to_string()));
         assert!(a.contains(&"--no-pci".to_string()));
-        assert!(a.contains(&"--in-memory".to_string()));
+        assert!(a.contains(&"--no-shconf".to_string()));
+        assert!(!a.contains(&"--in-memory".to_string()), "EAL refuses --in-memory with --no-huge");
         assert!(a.windows(2).any(|w| w == ["--file-prefix", "ferrule"]));
     }
 

@@ -9,6 +9,7 @@ pub mod lcore;
 pub mod mbuf;
 pub mod mempool;
 pub mod ring;
+pub mod rte_lpm;
 
 pub use burst::{Burst, MAX_BURST};
 pub use eal::{Eal, EalConfig};

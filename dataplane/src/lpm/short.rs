@@ -9,12 +9,20 @@ use super::NO_ROUTE;
 pub(crate) struct ShortTable {
     /// The next hop of the longest route /0../7 covering each top byte, or `NO_ROUTE`.
     pub(crate) next_hop: [u32; 256],
+    /// Indexed by the depth bits of an entry: all ones for depth 0 (empty, use the short
+    /// table), zero otherwise. Lookups combine with it instead of branching.
+    pub(crate) empty_mask: [u32; 128],
+    /// The one value of `next_hop` when all 256 are the same (no short route, or only a
+    /// default route), for the vectorised path of batch lookups.
+    pub(crate) uniform: Option<u32>,
 }
 
 impl ShortTable {
     pub(crate) fn new() -> Self {
         ShortTable {
             next_hop: [NO_ROUTE; 256],
+            empty_mask: std::array::from_fn(|depth| if depth == 0 { u32::MAX } else { 0 }),
+            uniform: Some(NO_ROUTE),
         }
     }
 
@@ -28,5 +36,7 @@ impl ShortTable {
             // `byte` < 256: the range stays inside the 256-entry table.
             *slot = rules.best_short(byte as u8).unwrap_or(NO_ROUTE);
         }
+        let first = self.next_hop[0];
+        self.uniform = self.next_hop.iter().all(|&nh| nh == first).then_some(first);
     }
 }

@@ -17,6 +17,30 @@
 //!
 //! Layering is left to the caller: `vlan::l3_offset` finds the L3 header in a frame,
 //! `ipv6::transport` walks IPv6 extension headers to the L4 header.
+//!
+//! ```
+//! use ferrule_dataplane::wire::{l3_offset, EtherType, IpProtocol, Ipv4Packet, UdpPacket};
+//!
+//! # let mut frame = vec![0u8; 14];
+//! # frame[12..14].copy_from_slice(&[0x08, 0x00]);
+//! # frame.extend_from_slice(&[0x45, 0, 0, 30, 0, 0, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1,
+//! #     10, 0, 0, 2, 0x04, 0xd2, 0, 53, 0, 10, 0, 0, b'h', b'i']);
+//! # Ipv4Packet::new_unchecked(&mut frame[14..]).fill_checksum();
+//! // Forwarding an IPv4/UDP packet in place.
+//! let (offset, ethertype, _vid) = l3_offset(&frame)?;
+//! assert_eq!(ethertype, EtherType::IPV4);
+//! let mut ip = Ipv4Packet::new_checked(&mut frame[offset..])?;
+//! if !ip.verify_checksum() || ip.hop_limit() <= 1 {
+//!     return Ok(()); // drop, or answer with ICMP time exceeded
+//! }
+//! ip.decrement_ttl(); // RFC 1624 incremental checksum update
+//! assert!(ip.verify_checksum());
+//! if ip.next_header() == IpProtocol::UDP && !ip.is_fragment() {
+//!     let udp = UdpPacket::new_checked(ip.payload())?;
+//!     assert_eq!((udp.dst_port(), udp.payload()), (53, &b"hi"[..]));
+//! }
+//! # Ok::<(), ferrule_dataplane::wire::Error>(())
+//! ```
 
 use core::fmt;
 use core::ops::Range;
@@ -39,7 +63,7 @@ pub use icmpv4::{Icmpv4Message, Icmpv4Packet, Icmpv4Repr};
 pub use icmpv6::{Icmpv6Message, Icmpv6Packet, Icmpv6Repr, NdpNeighborFlags, NdpOption};
 pub use ipv4::{Ipv4Cidr, Ipv4Packet, Ipv4Repr};
 pub use ipv6::{Ipv6Cidr, Ipv6FragInfo, Ipv6Packet, Ipv6Repr, Ipv6Transport};
-pub use sctp::SctpPacket;
+pub use sctp::{SctpChunk, SctpPacket};
 pub use tcp::{TcpFlags, TcpPacket, TcpRepr};
 pub use udp::{UdpPacket, UdpRepr};
 pub use vlan::{l3_offset, VlanHeader, VlanRepr};
