@@ -132,11 +132,19 @@ impl IpCidr {
     pub fn network(&self) -> IpAddr {
         match self.addr {
             IpAddr::V4(a) => {
-                let mask = if self.len == 0 { 0 } else { u32::MAX << (32 - u32::from(self.len)) };
+                let mask = if self.len == 0 {
+                    0
+                } else {
+                    u32::MAX << (32 - u32::from(self.len))
+                };
                 IpAddr::V4(Ipv4Addr::from(u32::from(a) & mask))
             }
             IpAddr::V6(a) => {
-                let mask = if self.len == 0 { 0 } else { u128::MAX << (128 - u32::from(self.len)) };
+                let mask = if self.len == 0 {
+                    0
+                } else {
+                    u128::MAX << (128 - u32::from(self.len))
+                };
                 IpAddr::V6(Ipv6Addr::from(u128::from(a) & mask))
             }
         }
@@ -144,7 +152,10 @@ impl IpCidr {
 
     /// Whether `ip` is inside this prefix.
     pub fn contains(&self, ip: IpAddr) -> bool {
-        let other = IpCidr { addr: ip, len: self.len };
+        let other = IpCidr {
+            addr: ip,
+            len: self.len,
+        };
         ip.is_ipv4() == self.addr.is_ipv4() && other.network() == self.network()
     }
 }
@@ -164,7 +175,10 @@ impl std::str::FromStr for IpCidr {
             Some((a, l)) => (a, Some(l)),
             None => (s, None),
         };
-        let addr: IpAddr = a.trim().parse().map_err(|_| format!("{a:?} is not an IP address"))?;
+        let addr: IpAddr = a
+            .trim()
+            .parse()
+            .map_err(|_| format!("{a:?} is not an IP address"))?;
         let max = if addr.is_ipv4() { 32 } else { 128 };
         let len = match l {
             None => max,
@@ -553,9 +567,12 @@ impl RawConfig {
         let net_index = |n: &Option<Spanned<String>>, key: &str| -> Result<usize, ConfigError> {
             match n {
                 None => Ok(0),
-                Some(n) => networks.iter().position(|x| x.name == *n.get_ref()).ok_or_else(|| {
-                    ctx.err(n.span(), key, format!("no network named {:?}", n.get_ref()))
-                }),
+                Some(n) => networks
+                    .iter()
+                    .position(|x| x.name == *n.get_ref())
+                    .ok_or_else(|| {
+                        ctx.err(n.span(), key, format!("no network named {:?}", n.get_ref()))
+                    }),
             }
         };
         let mut by_name: HashMap<&str, usize> = HashMap::new();
@@ -681,14 +698,17 @@ impl RawConfig {
                 ),
             ));
         }
-        let log = LogSection { level: level.clone() };
+        let log = LogSection {
+            level: level.clone(),
+        };
         let port_index = |n: &Spanned<String>, key: &str| -> Result<usize, ConfigError> {
             by_name
                 .get(n.get_ref().as_str())
                 .copied()
                 .ok_or_else(|| ctx.err(n.span(), key, format!("no port named {:?}", n.get_ref())))
         };
-        let port_network = |port: usize| networks.iter().position(|n| n.name == ports[port].network);
+        let port_network =
+            |port: usize| networks.iter().position(|n| n.name == ports[port].network);
         let mut routes: Vec<RouteConfig> = Vec::with_capacity(self.route.len());
         for (i, r) in self.route.iter().enumerate() {
             let key = |f: &str| format!("route[{i}].{f}");
@@ -702,7 +722,11 @@ impl RawConfig {
                 return Err(ctx.err(
                     r.prefix.span(),
                     &key("prefix"),
-                    format!("{prefix} has host bits set (the prefix is {}/{})", prefix.network(), prefix.len),
+                    format!(
+                        "{prefix} has host bits set (the prefix is {}/{})",
+                        prefix.network(),
+                        prefix.len
+                    ),
                 ));
             }
             let blackhole = r.blackhole.as_ref().is_some_and(|b| *b.get_ref());
@@ -713,17 +737,29 @@ impl RawConfig {
                         return Err(ctx.err(
                             p.span(),
                             &key("port"),
-                            format!("port {:?} is in network {:?}", p.get_ref(), ports[port].network),
+                            format!(
+                                "port {:?} is in network {:?}",
+                                p.get_ref(),
+                                ports[port].network
+                            ),
                         ));
                     }
                     let via = match &r.via {
                         None => None,
                         Some(v) => {
                             let ip: IpAddr = v.get_ref().parse().map_err(|_| {
-                                ctx.err(v.span(), &key("via"), format!("{:?} is not an IP address", v.get_ref()))
+                                ctx.err(
+                                    v.span(),
+                                    &key("via"),
+                                    format!("{:?} is not an IP address", v.get_ref()),
+                                )
                             })?;
                             if ip.is_ipv4() != prefix.addr.is_ipv4() {
-                                return Err(ctx.err(v.span(), &key("via"), "next hop and prefix differ in IP version"));
+                                return Err(ctx.err(
+                                    v.span(),
+                                    &key("via"),
+                                    "next hop and prefix differ in IP version",
+                                ));
                             }
                             Some(ip)
                         }
@@ -732,36 +768,94 @@ impl RawConfig {
                 }
                 (None, true) => {
                     if let Some(v) = &r.via {
-                        return Err(ctx.err(v.span(), &key("via"), "a blackhole route has no next hop"));
+                        return Err(ctx.err(
+                            v.span(),
+                            &key("via"),
+                            "a blackhole route has no next hop",
+                        ));
                     }
                     RouteTarget::Blackhole
                 }
                 (Some(p), true) => {
-                    return Err(ctx.err(p.span(), &key("port"), "give either port or blackhole = true, not both"))
+                    return Err(ctx.err(
+                        p.span(),
+                        &key("port"),
+                        "give either port or blackhole = true, not both",
+                    ))
                 }
                 (None, false) => {
-                    return Err(ctx.err(r.prefix.span(), &key("port"), "needs port = \"NAME\" or blackhole = true"))
+                    return Err(ctx.err(
+                        r.prefix.span(),
+                        &key("port"),
+                        "needs port = \"NAME\" or blackhole = true",
+                    ))
                 }
             };
-            if routes.iter().any(|x| x.network == network && x.prefix == prefix) {
-                return Err(ctx.err(r.prefix.span(), &key("prefix"), format!("{prefix} is routed twice")));
+            if routes
+                .iter()
+                .any(|x| x.network == network && x.prefix == prefix)
+            {
+                return Err(ctx.err(
+                    r.prefix.span(),
+                    &key("prefix"),
+                    format!("{prefix} is routed twice"),
+                ));
             }
-            routes.push(RouteConfig { network, prefix, target });
+            routes.push(RouteConfig {
+                network,
+                prefix,
+                target,
+            });
         }
         let mut neighbors = Vec::with_capacity(self.neighbor.len());
         for (i, n) in self.neighbor.iter().enumerate() {
             let key = |f: &str| format!("neighbor[{i}].{f}");
             let network = net_index(&n.network, &key("network"))?;
             let ip: IpAddr = n.ip.get_ref().parse().map_err(|_| {
-                ctx.err(n.ip.span(), &key("ip"), format!("{:?} is not an IP address", n.ip.get_ref()))
+                ctx.err(
+                    n.ip.span(),
+                    &key("ip"),
+                    format!("{:?} is not an IP address", n.ip.get_ref()),
+                )
             })?;
-            let mac = parse_mac(n.mac.get_ref()).ok_or_else(|| {
-                ctx.err(n.mac.span(), &key("mac"), format!("{:?} is not a MAC address", n.mac.get_ref()))
-            })?;
+            let mac = parse_mac(n.mac.get_ref())
+                .filter(|m| m[0] & 1 == 0)
+                .ok_or_else(|| {
+                    ctx.err(
+                        n.mac.span(),
+                        &key("mac"),
+                        format!("{:?} is not a unicast MAC address", n.mac.get_ref()),
+                    )
+                })?;
             let port = port_index(&n.port, &key("port"))?;
-            neighbors.push(NeighborConfig { network, ip, mac, port });
+            if port_network(port) != Some(network) {
+                return Err(ctx.err(
+                    n.port.span(),
+                    &key("port"),
+                    format!(
+                        "port {:?} is in network {:?}",
+                        n.port.get_ref(),
+                        ports[port].network
+                    ),
+                ));
+            }
+            neighbors.push(NeighborConfig {
+                network,
+                ip,
+                mac,
+                port,
+            });
         }
-        Ok(Config { eal, control, dataplane, log, ports, networks, routes, neighbors })
+        Ok(Config {
+            eal,
+            control,
+            dataplane,
+            log,
+            ports,
+            networks,
+            routes,
+            neighbors,
+        })
     }
 }
 
@@ -771,14 +865,21 @@ fn validate_networks(raw: &[RawNetwork], ctx: &Ctx) -> Result<Vec<NetworkConfig>
         gateway_v4: DEFAULT_GATEWAY_V4,
         gateway_v6: DEFAULT_GATEWAY_V6,
     }];
+    let mut seen_default = false;
     for (i, n) in raw.iter().enumerate() {
         let key = |f: &str| format!("network[{i}].{f}");
         let name = n.name.get_ref();
         if name.is_empty()
             || name.len() > 32
-            || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
         {
-            return Err(ctx.err(n.name.span(), &key("name"), format!("{name:?} is not a network name")));
+            return Err(ctx.err(
+                n.name.span(),
+                &key("name"),
+                format!("{name:?} is not a network name"),
+            ));
         }
         let mut net = NetworkConfig {
             name: name.clone(),
@@ -787,18 +888,38 @@ fn validate_networks(raw: &[RawNetwork], ctx: &Ctx) -> Result<Vec<NetworkConfig>
         };
         if let Some(g) = &n.gateway_v4 {
             net.gateway_v4 = g.get_ref().parse().map_err(|_| {
-                ctx.err(g.span(), &key("gateway_v4"), format!("{:?} is not an IPv4 address", g.get_ref()))
+                ctx.err(
+                    g.span(),
+                    &key("gateway_v4"),
+                    format!("{:?} is not an IPv4 address", g.get_ref()),
+                )
             })?;
         }
         if let Some(g) = &n.gateway_v6 {
             net.gateway_v6 = g.get_ref().parse().map_err(|_| {
-                ctx.err(g.span(), &key("gateway_v6"), format!("{:?} is not an IPv6 address", g.get_ref()))
+                ctx.err(
+                    g.span(),
+                    &key("gateway_v6"),
+                    format!("{:?} is not an IPv6 address", g.get_ref()),
+                )
             })?;
         }
         if name == DEFAULT_NETWORK {
+            if seen_default {
+                return Err(ctx.err(
+                    n.name.span(),
+                    &key("name"),
+                    "network \"default\" is defined twice",
+                ));
+            }
+            seen_default = true;
             networks[0] = net; // settings of the default network
         } else if networks.iter().any(|x| x.name == *name) {
-            return Err(ctx.err(n.name.span(), &key("name"), format!("network {name:?} is defined twice")));
+            return Err(ctx.err(
+                n.name.span(),
+                &key("name"),
+                format!("network {name:?} is defined twice"),
+            ));
         } else {
             networks.push(net);
         }
@@ -811,7 +932,11 @@ fn validate_networks(raw: &[RawNetwork], ctx: &Ctx) -> Result<Vec<NetworkConfig>
 
 type PortAddressing = (Vec<IpAddr>, Option<[u8; 6]>, Vec<IpCidr>);
 
-fn validate_port_addressing(p: &RawPort, i: usize, ctx: &Ctx) -> Result<PortAddressing, ConfigError> {
+fn validate_port_addressing(
+    p: &RawPort,
+    i: usize,
+    ctx: &Ctx,
+) -> Result<PortAddressing, ConfigError> {
     let key = |f: &str| format!("port[{i}].{f}");
     let mut pod_ips = Vec::new();
     if let Some(ips) = &p.pod_ips {
@@ -819,9 +944,13 @@ fn validate_port_addressing(p: &RawPort, i: usize, ctx: &Ctx) -> Result<PortAddr
             return Err(ctx.err(ips.span(), &key("pod_ips"), "only pod ports have pod_ips"));
         }
         for ip in ips.get_ref() {
-            let addr: IpAddr = ip
-                .parse()
-                .map_err(|_| ctx.err(ips.span(), &key("pod_ips"), format!("{ip:?} is not an IP address")))?;
+            let addr: IpAddr = ip.parse().map_err(|_| {
+                ctx.err(
+                    ips.span(),
+                    &key("pod_ips"),
+                    format!("{ip:?} is not an IP address"),
+                )
+            })?;
             pod_ips.push(addr);
         }
     }
@@ -831,9 +960,17 @@ fn validate_port_addressing(p: &RawPort, i: usize, ctx: &Ctx) -> Result<PortAddr
             if p.role != PortRole::Pod {
                 return Err(ctx.err(m.span(), &key("pod_mac"), "only pod ports have a pod_mac"));
             }
-            Some(parse_mac(m.get_ref()).ok_or_else(|| {
-                ctx.err(m.span(), &key("pod_mac"), format!("{:?} is not a MAC address", m.get_ref()))
-            })?)
+            Some(
+                parse_mac(m.get_ref())
+                    .filter(|mac| mac[0] & 1 == 0)
+                    .ok_or_else(|| {
+                        ctx.err(
+                            m.span(),
+                            &key("pod_mac"),
+                            format!("{:?} is not a unicast MAC address", m.get_ref()),
+                        )
+                    })?,
+            )
         }
     };
     if !pod_ips.is_empty() && pod_mac.is_none() {
@@ -846,10 +983,31 @@ fn validate_port_addressing(p: &RawPort, i: usize, ctx: &Ctx) -> Result<PortAddr
     let mut addresses = Vec::new();
     if let Some(list) = &p.addresses {
         if p.role == PortRole::Pod {
-            return Err(ctx.err(list.span(), &key("addresses"), "pod ports have pod_ips, not addresses"));
+            return Err(ctx.err(
+                list.span(),
+                &key("addresses"),
+                "pod ports have pod_ips, not addresses",
+            ));
         }
         for a in list.get_ref() {
-            let cidr: IpCidr = a.parse().map_err(|e: String| ctx.err(list.span(), &key("addresses"), e))?;
+            if !a.contains('/') {
+                return Err(ctx.err(
+                    list.span(),
+                    &key("addresses"),
+                    format!("{a:?} needs its subnet's prefix length, e.g. 192.0.2.10/24"),
+                ));
+            }
+            let cidr: IpCidr = a
+                .parse()
+                .map_err(|e: String| ctx.err(list.span(), &key("addresses"), e))?;
+            let max = if cidr.addr.is_ipv4() { 32 } else { 128 };
+            if cidr.len == max || cidr.network() == cidr.addr {
+                return Err(ctx.err(
+                    list.span(),
+                    &key("addresses"),
+                    format!("{a:?}: an address on a subnet, not the subnet or a host route"),
+                ));
+            }
             addresses.push(cidr);
         }
     }
@@ -1149,5 +1307,93 @@ mac = "02:00:00:00:00:0b"
         );
         assert_eq!(parse_mac("2:ab:cd:0:0:1"), None);
         assert_eq!(format_mac(&[2, 0xab, 0, 0, 0, 1]), "02:ab:00:00:00:01");
+    }
+
+    const ROUTED: &str = r#"
+[[network]]
+name = "blue"
+gateway_v4 = "169.254.9.1"
+
+[[port]]
+name = "pod-a"
+devargs = "net_null0"
+role = "pod"
+pod_ips = ["10.1.0.2", "fd00::2"]
+pod_mac = "02:00:00:00:01:02"
+
+[[port]]
+name = "up"
+devargs = "net_null1"
+role = "uplink"
+addresses = ["192.0.2.10/24"]
+
+[[port]]
+name = "blue-pod"
+devargs = "net_null2"
+role = "pod"
+network = "blue"
+
+[[route]]
+prefix = "0.0.0.0/0"
+port = "up"
+via = "192.0.2.1"
+
+[[route]]
+prefix = "203.0.113.0/24"
+blackhole = true
+
+[[neighbor]]
+ip = "192.0.2.1"
+mac = "02:00:00:00:09:01"
+port = "up"
+"#;
+
+    #[test]
+    fn networks_routes_and_neighbors_parse() {
+        let c = parse(ROUTED).expect("valid");
+        assert_eq!(c.networks.len(), 2);
+        assert_eq!(c.networks[0].name, "default");
+        assert_eq!(c.networks[1].gateway_v4, Ipv4Addr::new(169, 254, 9, 1));
+        assert_eq!(c.networks[1].gateway_v6, DEFAULT_GATEWAY_V6);
+        assert_eq!(c.ports[0].pod_ips.len(), 2);
+        assert_eq!(c.ports[2].network, "blue");
+        assert_eq!(c.ports[1].addresses[0].to_string(), "192.0.2.10/24");
+        assert_eq!(c.routes.len(), 2);
+        assert_eq!(
+            c.routes[0].target,
+            RouteTarget::Port {
+                port: 1,
+                via: Some("192.0.2.1".parse().expect("ip"))
+            }
+        );
+        assert_eq!(c.routes[1].target, RouteTarget::Blackhole);
+        assert_eq!(c.neighbors[0].port, 1);
+    }
+
+    #[test]
+    fn routing_mistakes_are_named() {
+        let cases = [
+            ("prefix = \"0.0.0.0/0\"", "prefix = \"10.0.0.1/8\"", "route[0].prefix", "host bits"),
+            ("via = \"192.0.2.1\"", "via = \"fe80::1\"", "route[0].via", "IP version"),
+            ("blackhole = true", "port = \"blue-pod\"", "route[1].port", "network"),
+            ("blackhole = true", "blackhole = true\nport = \"up\"", "route[1].port", "not both"),
+            ("mac = \"02:00:00:00:09:01\"", "mac = \"01:00:5e:00:00:01\"", "neighbor[0].mac", "unicast"),
+            ("192.0.2.10/24", "192.0.2.10", "port[1].addresses", "prefix length"),
+            ("192.0.2.10/24", "192.0.2.0/24", "port[1].addresses", "subnet"),
+            ("pod_mac = \"02:00:00:00:01:02\"\n", "", "port[0].pod_mac", "needs pod_mac"),
+            ("network = \"blue\"", "network = \"green\"", "port[2].network", "green"),
+            ("[[route]]\nprefix = \"0.0.0.0/0\"", "[[route]]\nprefix = \"0.0.0.0/0\"\nport = \"up\"\n[[route]]\nprefix = \"0.0.0.0/0\"", "route", "twice"),
+        ];
+        for (from, to, key, words) in cases {
+            let text = ROUTED.replacen(from, to, 1);
+            assert_ne!(text, ROUTED, "case {key} did not apply");
+            let e = parse(&text).expect_err(key);
+            assert!(
+                e.key.as_deref().unwrap_or("").starts_with(key),
+                "{key}: {e}"
+            );
+            assert!(e.message.contains(words), "{key}: {e}");
+            assert!(e.line.is_some(), "{key}: {e}");
+        }
     }
 }

@@ -135,14 +135,22 @@ pub struct FibError {
 }
 
 fn err(field: &'static str, message: impl Into<String>) -> FibError {
-    FibError { field, message: message.into() }
+    FibError {
+        field,
+        message: message.into(),
+    }
 }
 
 impl Fib {
     /// Builds the state of a configuration. `macs[i]` and `dpdk_ids[i]` are port i's
     /// MAC and DPDK id as the driver reports them.
     pub fn from_config(cfg: &Config, macs: &[[u8; 6]], dpdk_ids: &[u16]) -> Result<Fib, FibError> {
-        let net_of = |name: &str| cfg.networks.iter().position(|n| n.name == name).unwrap_or(0);
+        let net_of = |name: &str| {
+            cfg.networks
+                .iter()
+                .position(|n| n.name == name)
+                .unwrap_or(0)
+        };
         let ports: Vec<PortState> = cfg
             .ports
             .iter()
@@ -196,38 +204,93 @@ impl Fib {
                 lpm6: Arc::new(Lpm6::new()),
             })
             .collect();
-        let mut fib = Fib { ports, nets, next_hops: NextHops::default(), neighbors: BTreeMap::new(), generation: 0 };
+        let mut fib = Fib {
+            ports,
+            nets,
+            next_hops: NextHops::default(),
+            neighbors: BTreeMap::new(),
+            generation: 0,
+        };
         for (i, p) in cfg.ports.iter().enumerate() {
             let net = fib.ports[i].network;
             let port = i as u16;
             for ip in &p.pod_ips {
-                let host = IpCidr { addr: *ip, len: if ip.is_ipv4() { 32 } else { 128 } };
+                let host = IpCidr {
+                    addr: *ip,
+                    len: if ip.is_ipv4() { 32 } else { 128 },
+                };
                 let entry = NextHopEntry::Port { port, via: None };
-                fib.insert(net, host, Route { entry, source: RouteSource::Pod })?;
+                fib.insert(
+                    net,
+                    host,
+                    Route {
+                        entry,
+                        source: RouteSource::Pod,
+                    },
+                )?;
             }
             for a in &p.addresses {
-                let subnet = IpCidr { addr: a.network(), len: a.len };
+                let subnet = IpCidr {
+                    addr: a.network(),
+                    len: a.len,
+                };
                 let entry = NextHopEntry::Port { port, via: None };
-                fib.insert(net, subnet, Route { entry, source: RouteSource::Connected })?;
-                let host = IpCidr { addr: a.addr, len: if a.addr.is_ipv4() { 32 } else { 128 } };
-                fib.insert(net, host, Route { entry: NextHopEntry::Local, source: RouteSource::Local })?;
+                fib.insert(
+                    net,
+                    subnet,
+                    Route {
+                        entry,
+                        source: RouteSource::Connected,
+                    },
+                )?;
+                let host = IpCidr {
+                    addr: a.addr,
+                    len: if a.addr.is_ipv4() { 32 } else { 128 },
+                };
+                fib.insert(
+                    net,
+                    host,
+                    Route {
+                        entry: NextHopEntry::Local,
+                        source: RouteSource::Local,
+                    },
+                )?;
             }
         }
         for r in &cfg.routes {
             let entry = match r.target {
-                RouteTarget::Port { port, via } => NextHopEntry::Port { port: port as u16, via },
+                RouteTarget::Port { port, via } => NextHopEntry::Port {
+                    port: port as u16,
+                    via,
+                },
                 RouteTarget::Blackhole => NextHopEntry::Blackhole,
             };
-            fib.insert(r.network as u16, r.prefix, Route { entry, source: RouteSource::Config })?;
+            fib.insert(
+                r.network as u16,
+                r.prefix,
+                Route {
+                    entry,
+                    source: RouteSource::Config,
+                },
+            )?;
         }
         for n in &cfg.neighbors {
-            fib.set_neighbor(n.network as u16, n.ip, EthernetAddress(n.mac), n.port as u16, true);
+            fib.set_neighbor(
+                n.network as u16,
+                n.ip,
+                EthernetAddress(n.mac),
+                n.port as u16,
+                true,
+            );
         }
         Ok(fib)
     }
 
     fn insert(&mut self, net: u16, prefix: IpCidr, route: Route) -> Result<(), FibError> {
-        let n = self.nets.get_mut(usize::from(net)).ok_or_else(|| err("network", "no such network"))?;
+        let n = self
+            .nets
+            .get_mut(usize::from(net))
+            .ok_or_else(|| err("network", "no such network"))?;
         let key = (prefix.network(), prefix.len);
         if let Some((old, _)) = n.routes.get(&key) {
             if !old.source.is_user() || !route.source.is_user() {
@@ -263,37 +326,71 @@ impl Fib {
     }
 
     /// Adds or replaces a user route (`route.add`).
-    pub fn add_route(&mut self, net: u16, prefix: IpCidr, entry: NextHopEntry) -> Result<(), FibError> {
+    pub fn add_route(
+        &mut self,
+        net: u16,
+        prefix: IpCidr,
+        entry: NextHopEntry,
+    ) -> Result<(), FibError> {
         if prefix.network() != prefix.addr {
             return Err(err(
                 "prefix",
-                format!("{prefix} has host bits set (the prefix is {}/{})", prefix.network(), prefix.len),
+                format!(
+                    "{prefix} has host bits set (the prefix is {}/{})",
+                    prefix.network(),
+                    prefix.len
+                ),
             ));
         }
         if let NextHopEntry::Port { port, via } = entry {
-            let p = self.ports.get(usize::from(port)).ok_or_else(|| err("port", "no such port"))?;
+            let p = self
+                .ports
+                .get(usize::from(port))
+                .ok_or_else(|| err("port", "no such port"))?;
             if p.network != net {
                 return Err(err(
                     "port",
-                    format!("port {:?} is in network {:?}", p.name, self.nets[usize::from(p.network)].name),
+                    format!(
+                        "port {:?} is in network {:?}",
+                        p.name,
+                        self.nets[usize::from(p.network)].name
+                    ),
                 ));
             }
             if via.is_some_and(|v| v.is_ipv4() != prefix.addr.is_ipv4()) {
                 return Err(err("via", "next hop and prefix differ in IP version"));
             }
         }
-        self.insert(net, prefix, Route { entry, source: RouteSource::Api })
+        self.insert(
+            net,
+            prefix,
+            Route {
+                entry,
+                source: RouteSource::Api,
+            },
+        )
     }
 
     /// Removes a user route (`route.del`).
     pub fn del_route(&mut self, net: u16, prefix: IpCidr) -> Result<(), FibError> {
-        let n = self.nets.get_mut(usize::from(net)).ok_or_else(|| err("network", "no such network"))?;
+        let n = self
+            .nets
+            .get_mut(usize::from(net))
+            .ok_or_else(|| err("network", "no such network"))?;
         let key = (prefix.network(), prefix.len);
         match n.routes.get(&key) {
-            None => Err(err("prefix", format!("no route {}/{} in network {:?}", key.0, key.1, n.name))),
+            None => Err(err(
+                "prefix",
+                format!("no route {}/{} in network {:?}", key.0, key.1, n.name),
+            )),
             Some((r, _)) if !r.source.is_user() => Err(err(
                 "prefix",
-                format!("{}/{} is a {} route; change the port instead", key.0, key.1, r.source.name()),
+                format!(
+                    "{}/{} is a {} route; change the port instead",
+                    key.0,
+                    key.1,
+                    r.source.name()
+                ),
             )),
             Some(_) => {
                 match key.0 {
@@ -309,13 +406,28 @@ impl Fib {
     }
 
     /// Sets a neighbour. A learned entry never replaces a static one.
-    pub fn set_neighbor(&mut self, net: u16, ip: IpAddr, mac: EthernetAddress, port: u16, is_static: bool) -> bool {
+    pub fn set_neighbor(
+        &mut self,
+        net: u16,
+        ip: IpAddr,
+        mac: EthernetAddress,
+        port: u16,
+        is_static: bool,
+    ) -> bool {
         let key = (net, ip);
         if !is_static && self.neighbors.get(&key).is_some_and(|n| n.is_static) {
             return false;
         }
-        let rec = NeighborRecord { mac, port, is_static, updated: std::time::Instant::now() };
-        let changed = self.neighbors.get(&key).is_none_or(|n| n.mac != mac || n.port != port || n.is_static != is_static);
+        let rec = NeighborRecord {
+            mac,
+            port,
+            is_static,
+            updated: std::time::Instant::now(),
+        };
+        let changed = self
+            .neighbors
+            .get(&key)
+            .is_none_or(|n| n.mac != mac || n.port != port || n.is_static != is_static);
         self.neighbors.insert(key, rec);
         changed
     }
@@ -328,8 +440,14 @@ impl Fib {
     /// Learned neighbours older than `max_age` are forgotten; returns how many.
     pub fn age_neighbors(&mut self, max_age: std::time::Duration) -> usize {
         let before = self.neighbors.len();
-        self.neighbors.retain(|_, n| n.is_static || n.updated.elapsed() < max_age);
+        self.neighbors
+            .retain(|_, n| n.is_static || n.updated.elapsed() < max_age);
         before - self.neighbors.len()
+    }
+
+    /// One neighbour.
+    pub fn neighbor(&self, key: (u16, IpAddr)) -> Option<&NeighborRecord> {
+        self.neighbors.get(&key)
     }
 
     pub fn neighbors(&self) -> impl Iterator<Item = (&(u16, IpAddr), &NeighborRecord)> {
@@ -342,11 +460,17 @@ impl Fib {
 
     /// Index of a network by name.
     pub fn network_index(&self, name: &str) -> Option<u16> {
-        self.nets.iter().position(|n| n.name == name).map(|i| i as u16)
+        self.nets
+            .iter()
+            .position(|n| n.name == name)
+            .map(|i| i as u16)
     }
 
     pub fn network_name(&self, net: u16) -> &str {
-        self.nets.get(usize::from(net)).map(|n| n.name.as_str()).unwrap_or("?")
+        self.nets
+            .get(usize::from(net))
+            .map(|n| n.name.as_str())
+            .unwrap_or("?")
     }
 
     pub fn network_count(&self) -> usize {
@@ -355,15 +479,19 @@ impl Fib {
 
     /// Index of a port by name.
     pub fn port_index(&self, name: &str) -> Option<u16> {
-        self.ports.iter().position(|p| p.name == name).map(|i| i as u16)
+        self.ports
+            .iter()
+            .position(|p| p.name == name)
+            .map(|i| i as u16)
     }
 
     /// Every route of a network, in prefix order.
     pub fn routes(&self, net: u16) -> impl Iterator<Item = (IpCidr, Route)> + '_ {
-        self.nets
-            .get(usize::from(net))
-            .into_iter()
-            .flat_map(|n| n.routes.iter().map(|(&(addr, len), &(r, _))| (IpCidr { addr, len }, r)))
+        self.nets.get(usize::from(net)).into_iter().flat_map(|n| {
+            n.routes
+                .iter()
+                .map(|(&(addr, len), &(r, _))| (IpCidr { addr, len }, r))
+        })
     }
 
     /// Compiles the current state into a new generation.
@@ -371,7 +499,13 @@ impl Fib {
         self.generation += 1;
         let mut neighbors: FxHashMap<(u16, IpAddr), Neighbor> = FxHashMap::default();
         for (&k, n) in &self.neighbors {
-            neighbors.insert(k, Neighbor { mac: n.mac, port: n.port });
+            neighbors.insert(
+                k,
+                Neighbor {
+                    mac: n.mac,
+                    port: n.port,
+                },
+            );
         }
         Snapshot {
             generation: self.generation,

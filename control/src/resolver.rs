@@ -66,6 +66,11 @@ impl Resolver {
         Held::Yes(p.last_sent.is_none())
     }
 
+    /// Whether `key` is being resolved.
+    pub fn is_pending(&self, key: (u16, IpAddr)) -> bool {
+        self.pending.contains_key(&key)
+    }
+
     /// Marks a request for `key` as sent now.
     pub fn sent(&mut self, key: (u16, IpAddr)) {
         if let Some(p) = self.pending.get_mut(&key) {
@@ -109,7 +114,9 @@ impl Resolver {
 
     /// Neighbours under resolution: (key, port, packets held, seconds since started).
     pub fn pending(&self) -> impl Iterator<Item = ((u16, IpAddr), u16, usize, f64)> + '_ {
-        self.pending.iter().map(|(k, p)| (*k, p.port, p.held.len(), p.since.elapsed().as_secs_f64()))
+        self.pending
+            .iter()
+            .map(|(k, p)| (*k, p.port, p.held.len(), p.since.elapsed().as_secs_f64()))
     }
 
     pub fn held_total(&self) -> usize {

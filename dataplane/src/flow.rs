@@ -37,7 +37,14 @@ fn mapped(a: Ipv4Addr) -> [u8; 16] {
 
 impl FlowKey {
     /// An IPv4 flow key.
-    pub fn v4(network: u16, proto: u8, src: Ipv4Addr, dst: Ipv4Addr, sport: u16, dport: u16) -> Self {
+    pub fn v4(
+        network: u16,
+        proto: u8,
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        sport: u16,
+        dport: u16,
+    ) -> Self {
         FlowKey {
             src: mapped(src),
             dst: mapped(dst),
@@ -50,7 +57,14 @@ impl FlowKey {
     }
 
     /// An IPv6 flow key.
-    pub fn v6(network: u16, proto: u8, src: Ipv6Addr, dst: Ipv6Addr, sport: u16, dport: u16) -> Self {
+    pub fn v6(
+        network: u16,
+        proto: u8,
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+        sport: u16,
+        dport: u16,
+    ) -> Self {
         FlowKey {
             src: src.octets(),
             dst: dst.octets(),
@@ -117,7 +131,14 @@ mod tests {
     #[test]
     fn key_is_fixed_size_and_round_trips_addresses() {
         assert_eq!(std::mem::size_of::<FlowKey>(), 40);
-        let k = FlowKey::v4(3, 6, Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2), 1234, 80);
+        let k = FlowKey::v4(
+            3,
+            6,
+            Ipv4Addr::new(10, 0, 0, 1),
+            Ipv4Addr::new(10, 0, 0, 2),
+            1234,
+            80,
+        );
         assert_eq!(k.src_ip(), IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)));
         assert_eq!(k.reversed().dst_port, 1234);
         assert_eq!(k.reversed().reversed(), k);

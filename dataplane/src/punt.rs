@@ -52,6 +52,9 @@ pub struct PuntQueues {
 
 impl PuntQueues {
     pub fn new(packets: usize, traces: usize) -> Self {
-        PuntQueues { packets: ArrayQueue::new(packets.max(1)), traces: ArrayQueue::new(traces.max(1)) }
+        PuntQueues {
+            packets: ArrayQueue::new(packets.max(1)),
+            traces: ArrayQueue::new(traces.max(1)),
+        }
     }
 }

@@ -111,7 +111,9 @@ impl Shared {
 
     #[inline(always)]
     pub fn link_up(&self, index: usize) -> bool {
-        self.link_up.get(index).is_some_and(|l| l.load(Ordering::Relaxed))
+        self.link_up
+            .get(index)
+            .is_some_and(|l| l.load(Ordering::Relaxed))
     }
 
     /// Records the DPDK port id of configuration index `index`.
@@ -185,7 +187,11 @@ struct Ctx<'a> {
 /// Runs the poll loop until `shared.stop()`; returns 0.
 pub fn run(plan: &WorkerPlan, shared: &Shared, counters: &WorkerCounters, pool: &Mempool) -> i32 {
     if plan.jobs.is_empty() {
-        tracing::info!(worker = plan.worker, lcore = plan.lcore, "worker has no receive queues; idle");
+        tracing::info!(
+            worker = plan.worker,
+            lcore = plan.lcore,
+            "worker has no receive queues; idle"
+        );
         return 0;
     }
     let burst_size = plan.burst_size.clamp(1, MAX_BURST as u16);
@@ -204,7 +210,12 @@ pub fn run(plan: &WorkerPlan, shared: &Shared, counters: &WorkerCounters, pool: 
     };
     let mut burst = Burst::new();
     let mut idle_polls = 0u32;
-    tracing::info!(worker = plan.worker, lcore = plan.lcore, queues = plan.jobs.len(), "worker polling");
+    tracing::info!(
+        worker = plan.worker,
+        lcore = plan.lcore,
+        queues = plan.jobs.len(),
+        "worker polling"
+    );
     while shared.is_running() {
         let snap = shared.snapshot.load();
         let mut rx_total = 0u64;
@@ -228,10 +239,12 @@ pub fn run(plan: &WorkerPlan, shared: &Shared, counters: &WorkerCounters, pool: 
             tx_total += ctx.inject();
         }
         counters.polls.add(1);
+        if tx_total > 0 {
+            counters.tx_packets.add(tx_total);
+        }
         if rx_total > 0 {
             counters.busy_polls.add(1);
             counters.rx_packets.add(rx_total);
-            counters.tx_packets.add(tx_total);
             idle_polls = 0;
         } else if plan.idle_sleep_us > 0 {
             idle_polls = idle_polls.saturating_add(1);
@@ -284,13 +297,23 @@ impl Ctx<'_> {
         let in_port = job.index as u16;
         if self.shared.trace_armed(job.index) {
             for i in 0..n {
-                if self.captures.len() == self.captures.capacity() || !self.shared.claim_trace(job.index) {
+                if self.captures.len() == self.captures.capacity()
+                    || !self.shared.claim_trace(job.index)
+                {
                     break;
                 }
-                self.captures.push((i, capture_start(burst, i, in_port, snap)));
+                self.captures
+                    .push((i, capture_start(burst, i, in_port, snap)));
             }
         }
-        pipeline::process_burst(snap, in_port, burst, &mut self.actions[..n], &mut self.scratch, &mut NoTrace);
+        pipeline::process_burst(
+            snap,
+            in_port,
+            burst,
+            &mut self.actions[..n],
+            &mut self.scratch,
+            &mut NoTrace,
+        );
         for (i, mut cap) in self.captures.drain(..) {
             cap.action = self.actions[i];
             // A full trace queue loses the capture, never the packet.
@@ -312,7 +335,12 @@ impl Ctx<'_> {
                     }
                 }
                 Action::Punt(punt) => {
-                    let item = PuntItem { mbuf: m, in_port, punt, generation: snap.generation };
+                    let item = PuntItem {
+                        mbuf: m,
+                        in_port,
+                        punt,
+                        generation: snap.generation,
+                    };
                     match self.shared.punt.packets.push(item) {
                         Ok(()) => self.counters.punts.add(1),
                         Err(item) => self.drop(item.mbuf, DropReason::PuntFull, job.index),
@@ -325,20 +353,28 @@ impl Ctx<'_> {
         if !self.drops.is_empty() {
             self.drops.free_all();
         }
-        self.flush()
+        self.flush(Some(job.index))
     }
 
     /// Sends what the control thread queued (at most a burst's worth per round).
     fn inject(&mut self) -> u64 {
         for _ in 0..MAX_BURST {
-            let Some(item) = self.shared.inject.pop() else { break };
+            let Some(item) = self.shared.inject.pop() else {
+                break;
+            };
             self.stage(item.port, item.mbuf);
         }
-        self.flush()
+        self.flush(None)
     }
 
     /// The ICMP error for packet `i` — built from the still-held copy in `drops`.
-    fn icmp_error(&mut self, snap: &Snapshot, in_port: u16, _i: usize, kind: pipeline::IcmpErrorKind) -> Option<Mbuf> {
+    fn icmp_error(
+        &mut self,
+        snap: &Snapshot,
+        in_port: u16,
+        _i: usize,
+        kind: pipeline::IcmpErrorKind,
+    ) -> Option<Mbuf> {
         let port = snap.ports.get(usize::from(in_port))?;
         // The original was just moved to the drop burst; it is its last packet.
         let last = self.drops.len().checked_sub(1)?;
@@ -362,7 +398,9 @@ impl Ctx<'_> {
     #[inline(always)]
     fn stage(&mut self, port: u16, m: Mbuf) {
         let idx = usize::from(port);
-        let Some(out) = self.out.get_mut(idx) else { return };
+        let Some(out) = self.out.get_mut(idx) else {
+            return;
+        };
         if out.is_empty() {
             self.touched[self.n_touched] = port;
             self.n_touched += 1;
@@ -372,18 +410,20 @@ impl Ctx<'_> {
         }
     }
 
-    /// Transmits every staged burst on the worker's own queue of each port.
-    fn flush(&mut self) -> u64 {
+    /// Transmits every staged burst on the worker's own queue of each port. Packets the
+    /// output cannot take are dropped and counted against the port they were received
+    /// on (`rx_index`), or the output port for packets the control thread injected.
+    fn flush(&mut self, rx_index: Option<usize>) -> u64 {
         let queue = self.plan.worker as u16;
         let mut sent_total = 0u64;
         for k in 0..self.n_touched {
             let idx = usize::from(self.touched[k]);
             let out = &mut self.out[idx];
             let txc = &self.counters.ports[idx];
+            let drop_port = rx_index.unwrap_or(idx);
             if !self.shared.link_up(idx) {
-                // Counted against the output port: the packets were already accepted.
-                self.counters.drops[DropReason::PortDown as usize].add(out.len() as u64);
-                txc.drops.add(out.len() as u64);
+                self.counters
+                    .drop_packets(DropReason::PortDown, drop_port, out.len() as u64);
                 out.free_all();
                 continue;
             }
@@ -392,8 +432,8 @@ impl Ctx<'_> {
             let mut sent_bytes = bytes;
             if !out.is_empty() {
                 sent_bytes -= out.total_bytes();
-                self.counters.drops[DropReason::TxFull as usize].add(out.len() as u64);
-                txc.drops.add(out.len() as u64);
+                self.counters
+                    .drop_packets(DropReason::TxFull, drop_port, out.len() as u64);
                 out.free_all();
             }
             txc.tx_packets.add(sent);

@@ -38,11 +38,20 @@ fn default_route_vrfs_cost_kilobytes() {
     }
     let grown = rss_bytes().saturating_sub(before);
     // A touched tbl24 is 64 MiB: 64 of them would be 4 GiB.
-    assert!(grown < 32 << 20, "{VRFS} default-route VRFs (and clones) grew RSS by {grown} bytes");
+    assert!(
+        grown < 32 << 20,
+        "{VRFS} default-route VRFs (and clones) grew RSS by {grown} bytes"
+    );
     for (t4, t6, c4, c6) in &tables {
         assert!(t4.memory_bytes() < 16 << 10);
         assert!(t6.memory_bytes() < 16 << 10);
-        assert_eq!(t4.lookup(Ipv4Addr::new(10, 1, 1, 1)), c4.lookup(Ipv4Addr::new(10, 1, 1, 1)));
-        assert_eq!(t6.lookup(Ipv6Addr::LOCALHOST), c6.lookup(Ipv6Addr::LOCALHOST));
+        assert_eq!(
+            t4.lookup(Ipv4Addr::new(10, 1, 1, 1)),
+            c4.lookup(Ipv4Addr::new(10, 1, 1, 1))
+        );
+        assert_eq!(
+            t6.lookup(Ipv6Addr::LOCALHOST),
+            c6.lookup(Ipv6Addr::LOCALHOST)
+        );
     }
 }

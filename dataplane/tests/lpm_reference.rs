@@ -125,7 +125,11 @@ fn routes(bits: u8, max_routes: usize) -> impl Strategy<Value = Vec<Route<u128>>
                     Some((parent, upper)) if !out.is_empty() => {
                         let (p, plen, _) = *parent.get(&out);
                         let len = (plen + 1).min(bits);
-                        let half = if upper && plen < bits { 1u128 << (bits - len) } else { 0 };
+                        let half = if upper && plen < bits {
+                            1u128 << (bits - len)
+                        } else {
+                            0
+                        };
                         ((p & mask(bits, plen)) | half, len, nh)
                     }
                     _ => {
@@ -144,7 +148,11 @@ fn routes(bits: u8, max_routes: usize) -> impl Strategy<Value = Vec<Route<u128>>
 /// equal next hops, which make whole groups uniform), in random order, then removed in
 /// another random order.
 fn family(bits: u8) -> impl Strategy<Value = (Vec<Route<u128>>, Vec<usize>)> {
-    (any::<u128>(), 0..=bits - 3, prop::collection::vec((any::<bool>(), 0u32..2), 15))
+    (
+        any::<u128>(),
+        0..=bits - 3,
+        prop::collection::vec((any::<bool>(), 0u32..2), 15),
+    )
         .prop_flat_map(move |(anchor, len, picks)| {
             let mut routes = Vec::new();
             let mut k = 0;
@@ -190,8 +198,11 @@ enum Op {
 }
 
 fn ops(bits: u8, max: usize) -> impl Strategy<Value = Vec<Op>> {
-    (routes(bits, max), prop::collection::vec((0..6u8, any::<Index>()), 0..max)).prop_map(
-        |(routes, kinds)| {
+    (
+        routes(bits, max),
+        prop::collection::vec((0..6u8, any::<Index>()), 0..max),
+    )
+        .prop_map(|(routes, kinds)| {
             let mut out = Vec::new();
             for (i, r) in routes.into_iter().enumerate() {
                 out.push(Op::Insert(r));
@@ -204,8 +215,7 @@ fn ops(bits: u8, max: usize) -> impl Strategy<Value = Vec<Op>> {
                 }
             }
             out
-        },
-    )
+        })
 }
 
 /// The common interface of both tables, for the generic checks below.
@@ -248,7 +258,9 @@ impl Table for Lpm4 {
         self.lookup_batch(&a, out);
     }
     fn routes(&self) -> Vec<Route<u128>> {
-        self.iter().map(|(p, l, nh)| (u128::from(u32::from(p)), l, nh)).collect()
+        self.iter()
+            .map(|(p, l, nh)| (u128::from(u32::from(p)), l, nh))
+            .collect()
     }
     fn len(&self) -> usize {
         Lpm4::len(self)
@@ -282,7 +294,9 @@ impl Table for Lpm6 {
         self.lookup_batch(addrs, out);
     }
     fn routes(&self) -> Vec<Route<u128>> {
-        self.iter().map(|(p, l, nh)| (u128::from(p), l, nh)).collect()
+        self.iter()
+            .map(|(p, l, nh)| (u128::from(p), l, nh))
+            .collect()
     }
     fn len(&self) -> usize {
         Lpm6::len(self)
@@ -500,7 +514,11 @@ fn check_batches<T: Table>(seed: u64) {
         for (i, &a) in batch.iter().enumerate() {
             assert_eq!(out[i], t.lookup_raw(a), "batch of {n}, lane {i}, {a:#x}");
         }
-        assert_eq!(&out[n..], &[7, 7, 7], "batch of {n} wrote past its addresses");
+        assert_eq!(
+            &out[n..],
+            &[7, 7, 7],
+            "batch of {n} wrote past its addresses"
+        );
     }
 }
 

@@ -5,7 +5,9 @@
 use etherparse::{Icmpv4Type, Icmpv6Type, NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
 use ferrule_dataplane::counters::DropReason;
 use ferrule_dataplane::lpm::{Lpm4, Lpm6};
-use ferrule_dataplane::pipeline::{self, icmp_error, Action, IcmpErrorKind, NoTrace, Punt, Recorder};
+use ferrule_dataplane::pipeline::{
+    self, icmp_error, Action, IcmpErrorKind, NoTrace, Punt, Recorder,
+};
 use ferrule_dataplane::snapshot::{Neighbor, Network, NextHopEntry, PortRole, PortState, Snapshot};
 use ferrule_dataplane::wire::EthernetAddress;
 use rustc_hash::FxHashMap;
@@ -61,26 +63,39 @@ fn snapshot() -> Snapshot {
         NextHopEntry::Port { port: 0, via: None },
         NextHopEntry::Port { port: 1, via: None },
         NextHopEntry::Port { port: 2, via: None },
-        NextHopEntry::Port { port: 2, via: Some(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1))) },
+        NextHopEntry::Port {
+            port: 2,
+            via: Some(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1))),
+        },
         NextHopEntry::Local,
         NextHopEntry::Blackhole,
-        NextHopEntry::Port { port: 2, via: Some(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 99))) },
+        NextHopEntry::Port {
+            port: 2,
+            via: Some(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 99))),
+        },
     ];
     let mut l4 = Lpm4::new();
     l4.insert(Ipv4Addr::new(10, 1, 0, 2), 32, 0).expect("route");
     l4.insert(Ipv4Addr::new(10, 1, 0, 3), 32, 1).expect("route");
-    l4.insert(Ipv4Addr::new(192, 0, 2, 0), 24, 2).expect("route");
-    l4.insert(Ipv4Addr::new(192, 0, 2, 10), 32, 4).expect("route");
+    l4.insert(Ipv4Addr::new(192, 0, 2, 0), 24, 2)
+        .expect("route");
+    l4.insert(Ipv4Addr::new(192, 0, 2, 10), 32, 4)
+        .expect("route");
     l4.insert(Ipv4Addr::UNSPECIFIED, 0, 3).expect("route");
-    l4.insert(Ipv4Addr::new(203, 0, 113, 0), 24, 5).expect("route");
-    l4.insert(Ipv4Addr::new(198, 51, 100, 0), 24, 6).expect("route");
+    l4.insert(Ipv4Addr::new(203, 0, 113, 0), 24, 5)
+        .expect("route");
+    l4.insert(Ipv4Addr::new(198, 51, 100, 0), 24, 6)
+        .expect("route");
     let mut l6 = Lpm6::new();
     l6.insert(v6("fd00:1::2"), 128, 0).expect("route");
     l6.insert(v6("fd00:1::3"), 128, 1).expect("route");
     let mut neighbors = FxHashMap::default();
     neighbors.insert(
         (0u16, IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1))),
-        Neighbor { mac: EthernetAddress(ROUTER), port: 2 },
+        Neighbor {
+            mac: EthernetAddress(ROUTER),
+            port: 2,
+        },
     );
     Snapshot {
         generation: 1,
@@ -97,7 +112,14 @@ fn snapshot() -> Snapshot {
     }
 }
 
-fn udp4(src_mac: [u8; 6], dst_mac: [u8; 6], src: [u8; 4], dst: [u8; 4], ttl: u8, len: usize) -> Vec<u8> {
+fn udp4(
+    src_mac: [u8; 6],
+    dst_mac: [u8; 6],
+    src: [u8; 4],
+    dst: [u8; 4],
+    ttl: u8,
+    len: usize,
+) -> Vec<u8> {
     let mut f = Vec::new();
     PacketBuilder::ethernet2(src_mac, dst_mac)
         .ipv4(src, dst, ttl)
@@ -124,12 +146,23 @@ fn pod_to_pod_forwarding_rewrites_macs_and_ttl_with_valid_checksums() {
     };
     assert_eq!(eth.source, GW_MAC_B);
     assert_eq!(eth.destination, POD_B);
-    let Some(NetSlice::Ipv4(ip)) = p.net else { panic!("not ipv4") };
+    let Some(NetSlice::Ipv4(ip)) = p.net else {
+        panic!("not ipv4")
+    };
     let h = ip.header().to_header();
     assert_eq!(h.time_to_live, 63);
-    assert_eq!(h.header_checksum, h.calc_header_checksum(), "incremental IPv4 checksum");
-    let Some(TransportSlice::Udp(udp)) = p.transport else { panic!("not udp") };
-    let want = udp.to_header().calc_checksum_ipv4(&h, udp.payload()).expect("checksum");
+    assert_eq!(
+        h.header_checksum,
+        h.calc_header_checksum(),
+        "incremental IPv4 checksum"
+    );
+    let Some(TransportSlice::Udp(udp)) = p.transport else {
+        panic!("not udp")
+    };
+    let want = udp
+        .to_header()
+        .calc_checksum_ipv4(&h, udp.payload())
+        .expect("checksum");
     assert_eq!(udp.checksum(), want, "UDP untouched and valid");
 }
 
@@ -144,14 +177,22 @@ fn default_route_uses_the_resolved_neighbor_and_unresolved_ones_are_punted() {
     let mut f = orig.clone();
     assert_eq!(
         run(&snap, 0, &mut f),
-        Action::Punt(Punt::Resolve { network: 0, ip: IpAddr::V4(Ipv4Addr::new(192, 0, 2, 99)), port: 2 })
+        Action::Punt(Punt::Resolve {
+            network: 0,
+            ip: IpAddr::V4(Ipv4Addr::new(192, 0, 2, 99)),
+            port: 2
+        })
     );
     assert_eq!(f, orig, "a punted packet is left as received");
     // On-link on the uplink's connected subnet: the destination itself is resolved.
     let mut f = udp4(POD_A, GW_MAC_A, [10, 1, 0, 2], [192, 0, 2, 55], 64, 10);
     assert_eq!(
         run(&snap, 0, &mut f),
-        Action::Punt(Punt::Resolve { network: 0, ip: IpAddr::V4(Ipv4Addr::new(192, 0, 2, 55)), port: 2 })
+        Action::Punt(Punt::Resolve {
+            network: 0,
+            ip: IpAddr::V4(Ipv4Addr::new(192, 0, 2, 55)),
+            port: 2
+        })
     );
 }
 
@@ -160,8 +201,18 @@ fn drops_have_reasons() {
     let snap = snapshot();
     let mut f = udp4(POD_A, GW_MAC_A, [10, 1, 0, 2], [203, 0, 113, 5], 64, 10);
     assert_eq!(run(&snap, 0, &mut f), Action::Drop(DropReason::Blackhole));
-    let mut f = udp4(POD_A, [2, 9, 9, 9, 9, 9], [10, 1, 0, 2], [10, 1, 0, 3], 64, 10);
-    assert_eq!(run(&snap, 0, &mut f), Action::Drop(DropReason::DstMacMismatch));
+    let mut f = udp4(
+        POD_A,
+        [2, 9, 9, 9, 9, 9],
+        [10, 1, 0, 2],
+        [10, 1, 0, 3],
+        64,
+        10,
+    );
+    assert_eq!(
+        run(&snap, 0, &mut f),
+        Action::Drop(DropReason::DstMacMismatch)
+    );
     // IPv6 to an address with no route.
     let mut f = Vec::new();
     PacketBuilder::ethernet2(POD_A, GW_MAC_A)
@@ -183,7 +234,11 @@ fn drops_have_reasons() {
     let good = udp4(POD_A, GW_MAC_A, [10, 1, 0, 2], [10, 1, 0, 3], 64, 10);
     for cut in [0, 10, 14, 20, 33] {
         let mut f = good[..cut].to_vec();
-        assert_eq!(run(&snap, 0, &mut f), Action::Drop(DropReason::Malformed), "cut at {cut}");
+        assert_eq!(
+            run(&snap, 0, &mut f),
+            Action::Drop(DropReason::Malformed),
+            "cut at {cut}"
+        );
     }
     let mut f = good.clone();
     f[14] = 0x44; // IHL 4
@@ -223,7 +278,11 @@ fn arp_for_the_gateway_is_answered_in_place() {
     assert_eq!(&f[0..6], &POD_A, "to the asker");
     assert_eq!(&f[6..12], &GW_MAC_A, "from the pod port's gateway MAC");
     assert_eq!(&f[12..14], &[0x08, 0x06]);
-    assert_eq!(&f[14..22], &[0, 1, 0x08, 0x00, 6, 4, 0, 2], "an Ethernet/IPv4 reply");
+    assert_eq!(
+        &f[14..22],
+        &[0, 1, 0x08, 0x00, 6, 4, 0, 2],
+        "an Ethernet/IPv4 reply"
+    );
     assert_eq!(&f[22..28], &GW_MAC_A, "sender hardware address");
     assert_eq!(&f[28..32], &GW4.octets(), "sender protocol address");
     assert_eq!(&f[32..38], &POD_A, "target hardware address");
@@ -242,7 +301,10 @@ fn arp_for_the_gateway_is_answered_in_place() {
     assert_eq!(run(&snap, 2, &mut f), Action::Punt(Punt::Learn));
     assert_eq!(
         pipeline::local::learned(&f),
-        Some((IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)), EthernetAddress(ROUTER)))
+        Some((
+            IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)),
+            EthernetAddress(ROUTER)
+        ))
     );
 }
 
@@ -257,13 +319,20 @@ fn echo_to_the_gateway_is_answered_v4_and_v6() {
         .expect("build");
     assert_eq!(run(&snap, 0, &mut f), Action::Reply);
     let p = SlicedPacket::from_ethernet(&f).expect("parses");
-    let Some(NetSlice::Ipv4(ip)) = &p.net else { panic!("ipv4") };
+    let Some(NetSlice::Ipv4(ip)) = &p.net else {
+        panic!("ipv4")
+    };
     let h = ip.header().to_header();
     assert_eq!((h.source, h.destination), (GW4.octets(), [10, 1, 0, 2]));
     assert_eq!(h.header_checksum, h.calc_header_checksum());
-    let Some(TransportSlice::Icmpv4(icmp)) = &p.transport else { panic!("icmp") };
+    let Some(TransportSlice::Icmpv4(icmp)) = &p.transport else {
+        panic!("icmp")
+    };
     assert!(matches!(icmp.icmp_type(), Icmpv4Type::EchoReply(e) if e.id == 77 && e.seq == 3));
-    assert_eq!(icmp.checksum(), icmp.icmp_type().calc_checksum(icmp.payload()));
+    assert_eq!(
+        icmp.checksum(),
+        icmp.icmp_type().calc_checksum(icmp.payload())
+    );
     assert_eq!(icmp.payload(), b"ping payload");
 
     let mut f = Vec::new();
@@ -274,12 +343,22 @@ fn echo_to_the_gateway_is_answered_v4_and_v6() {
         .expect("build");
     assert_eq!(run(&snap, 0, &mut f), Action::Reply);
     let p = SlicedPacket::from_ethernet(&f).expect("parses");
-    let Some(NetSlice::Ipv6(ip)) = &p.net else { panic!("ipv6") };
+    let Some(NetSlice::Ipv6(ip)) = &p.net else {
+        panic!("ipv6")
+    };
     let h = ip.header().to_header();
-    assert_eq!((h.source, h.destination), (GW6.octets(), v6("fd00:1::2").octets()));
-    let Some(TransportSlice::Icmpv6(icmp)) = &p.transport else { panic!("icmpv6") };
+    assert_eq!(
+        (h.source, h.destination),
+        (GW6.octets(), v6("fd00:1::2").octets())
+    );
+    let Some(TransportSlice::Icmpv6(icmp)) = &p.transport else {
+        panic!("icmpv6")
+    };
     assert!(matches!(icmp.icmp_type(), Icmpv6Type::EchoReply(e) if e.id == 9));
-    let want = icmp.icmp_type().calc_checksum(h.source, h.destination, icmp.payload()).expect("sum");
+    let want = icmp
+        .icmp_type()
+        .calc_checksum(h.source, h.destination, icmp.payload())
+        .expect("sum");
     assert_eq!(icmp.checksum(), want);
 }
 
@@ -296,19 +375,30 @@ fn neighbor_solicitation_for_the_gateway_is_advertised() {
     let mut f = Vec::new();
     PacketBuilder::ethernet2(POD_A, [0x33, 0x33, 0xff, 0, 0, 1])
         .ipv6(v6("fe80::2").octets(), group.octets(), 255)
-        .icmpv6(Icmpv6Type::Unknown { type_u8: 135, code_u8: 0, bytes5to8: [0; 4] })
+        .icmpv6(Icmpv6Type::Unknown {
+            type_u8: 135,
+            code_u8: 0,
+            bytes5to8: [0; 4],
+        })
         .write(&mut f, &body[4..])
         .expect("build");
     assert_eq!(run(&snap, 0, &mut f), Action::Reply);
     let p = SlicedPacket::from_ethernet(&f).expect("parses");
-    let Some(NetSlice::Ipv6(ip)) = &p.net else { panic!("ipv6") };
+    let Some(NetSlice::Ipv6(ip)) = &p.net else {
+        panic!("ipv6")
+    };
     let h = ip.header().to_header();
     assert_eq!(h.source, GW6.octets());
     assert_eq!(h.destination, v6("fe80::2").octets());
     assert_eq!(h.hop_limit, 255);
-    let Some(TransportSlice::Icmpv6(icmp)) = &p.transport else { panic!("icmpv6") };
+    let Some(TransportSlice::Icmpv6(icmp)) = &p.transport else {
+        panic!("icmpv6")
+    };
     assert_eq!(icmp.icmp_type().type_u8(), 136);
-    let want = icmp.icmp_type().calc_checksum(h.source, h.destination, icmp.payload()).expect("sum");
+    let want = icmp
+        .icmp_type()
+        .calc_checksum(h.source, h.destination, icmp.payload())
+        .expect("sum");
     assert_eq!(icmp.checksum(), want, "NA checksum");
     assert_eq!(&icmp.payload()[..16], &GW6.octets(), "target");
     assert_eq!(&icmp.payload()[16..18], &[2, 1], "target link-layer option");
@@ -325,21 +415,41 @@ fn ttl_expiry_sends_time_exceeded_quoting_the_packet() {
     let action = run(&snap, 0, &mut f);
     assert_eq!(
         action,
-        Action::IcmpError { kind: IcmpErrorKind::TimeExceeded, reason: DropReason::TtlExceeded }
+        Action::IcmpError {
+            kind: IcmpErrorKind::TimeExceeded,
+            reason: DropReason::TtlExceeded
+        }
     );
     let parsed = pipeline::parse(&f, 0).expect("parses");
     let mut out = vec![0u8; icmp_error::MAX_ERROR_FRAME];
-    let len = icmp_error::build(&snap.ports[0], &parsed, &f, IcmpErrorKind::TimeExceeded, &mut out)
-        .expect("an error is allowed");
+    let len = icmp_error::build(
+        &snap.ports[0],
+        &parsed,
+        &f,
+        IcmpErrorKind::TimeExceeded,
+        &mut out,
+    )
+    .expect("an error is allowed");
     let p = SlicedPacket::from_ethernet(&out[..len]).expect("parses");
-    let Some(NetSlice::Ipv4(ip)) = &p.net else { panic!("ipv4") };
+    let Some(NetSlice::Ipv4(ip)) = &p.net else {
+        panic!("ipv4")
+    };
     let h = ip.header().to_header();
     assert_eq!((h.source, h.destination), (GW4.octets(), [10, 1, 0, 2]));
     assert_eq!(h.header_checksum, h.calc_header_checksum());
-    let Some(TransportSlice::Icmpv4(icmp)) = &p.transport else { panic!("icmp") };
+    let Some(TransportSlice::Icmpv4(icmp)) = &p.transport else {
+        panic!("icmp")
+    };
     assert!(matches!(icmp.icmp_type(), Icmpv4Type::TimeExceeded(_)));
-    assert_eq!(icmp.checksum(), icmp.icmp_type().calc_checksum(icmp.payload()));
-    assert_eq!(icmp.payload(), &orig[14..], "the whole original IP packet is quoted");
+    assert_eq!(
+        icmp.checksum(),
+        icmp.icmp_type().calc_checksum(icmp.payload())
+    );
+    assert_eq!(
+        icmp.payload(),
+        &orig[14..],
+        "the whole original IP packet is quoted"
+    );
     assert_eq!(&out[0..6], &POD_A);
 }
 
@@ -349,23 +459,39 @@ fn mtu_exceeded_sends_frag_needed_or_packet_too_big() {
     let mut f = udp4(POD_A, GW_MAC_A, [10, 1, 0, 2], [10, 1, 0, 3], 64, 1400);
     // etherparse sets DF on IPv4 by default.
     let a = run(&snap, 0, &mut f);
-    assert_eq!(a, Action::IcmpError { kind: IcmpErrorKind::FragNeeded { mtu: 1400 }, reason: DropReason::MtuExceeded });
+    assert_eq!(
+        a,
+        Action::IcmpError {
+            kind: IcmpErrorKind::FragNeeded { mtu: 1400 },
+            reason: DropReason::MtuExceeded
+        }
+    );
     let parsed = pipeline::parse(&f, 0).expect("parses");
     let mut out = vec![0u8; icmp_error::MAX_ERROR_FRAME];
-    let len = icmp_error::build(&snap.ports[0], &parsed, &f, IcmpErrorKind::FragNeeded { mtu: 1400 }, &mut out)
-        .expect("allowed");
+    let len = icmp_error::build(
+        &snap.ports[0],
+        &parsed,
+        &f,
+        IcmpErrorKind::FragNeeded { mtu: 1400 },
+        &mut out,
+    )
+    .expect("allowed");
     assert!(len <= 14 + 576);
     let p = SlicedPacket::from_ethernet(&out[..len]).expect("parses");
-    let Some(TransportSlice::Icmpv4(icmp)) = &p.transport else { panic!("icmp") };
+    let Some(TransportSlice::Icmpv4(icmp)) = &p.transport else {
+        panic!("icmp")
+    };
     match icmp.icmp_type() {
-        Icmpv4Type::DestinationUnreachable(etherparse::icmpv4::DestUnreachableHeader::FragmentationNeeded {
-            next_hop_mtu,
-        }) => assert_eq!(next_hop_mtu, 1400),
+        Icmpv4Type::DestinationUnreachable(
+            etherparse::icmpv4::DestUnreachableHeader::FragmentationNeeded { next_hop_mtu },
+        ) => assert_eq!(next_hop_mtu, 1400),
         other => panic!("unexpected {other:?}"),
     }
     // Without DF: dropped, no error.
     f[14 + 6] &= !0x40;
-    let h = etherparse::Ipv4HeaderSlice::from_slice(&f[14..]).expect("ip").to_header();
+    let h = etherparse::Ipv4HeaderSlice::from_slice(&f[14..])
+        .expect("ip")
+        .to_header();
     let c = h.calc_header_checksum();
     f[24..26].copy_from_slice(&c.to_be_bytes());
     assert_eq!(run(&snap, 0, &mut f), Action::Drop(DropReason::MtuExceeded));
@@ -377,17 +503,39 @@ fn mtu_exceeded_sends_frag_needed_or_packet_too_big() {
         .write(&mut f, &[0; 1400])
         .expect("build");
     let a = run(&snap, 0, &mut f);
-    assert_eq!(a, Action::IcmpError { kind: IcmpErrorKind::PacketTooBig { mtu: 1400 }, reason: DropReason::MtuExceeded });
+    assert_eq!(
+        a,
+        Action::IcmpError {
+            kind: IcmpErrorKind::PacketTooBig { mtu: 1400 },
+            reason: DropReason::MtuExceeded
+        }
+    );
     let parsed = pipeline::parse(&f, 0).expect("parses");
-    let len = icmp_error::build(&snap.ports[0], &parsed, &f, IcmpErrorKind::PacketTooBig { mtu: 1400 }, &mut out)
-        .expect("allowed");
+    let len = icmp_error::build(
+        &snap.ports[0],
+        &parsed,
+        &f,
+        IcmpErrorKind::PacketTooBig { mtu: 1400 },
+        &mut out,
+    )
+    .expect("allowed");
     assert!(len <= 14 + 1280);
     let p = SlicedPacket::from_ethernet(&out[..len]).expect("parses");
-    let Some(NetSlice::Ipv6(ip)) = &p.net else { panic!("ipv6") };
+    let Some(NetSlice::Ipv6(ip)) = &p.net else {
+        panic!("ipv6")
+    };
     let h = ip.header().to_header();
-    let Some(TransportSlice::Icmpv6(icmp)) = &p.transport else { panic!("icmpv6") };
-    assert!(matches!(icmp.icmp_type(), Icmpv6Type::PacketTooBig { mtu: 1400 }));
-    let want = icmp.icmp_type().calc_checksum(h.source, h.destination, icmp.payload()).expect("sum");
+    let Some(TransportSlice::Icmpv6(icmp)) = &p.transport else {
+        panic!("icmpv6")
+    };
+    assert!(matches!(
+        icmp.icmp_type(),
+        Icmpv6Type::PacketTooBig { mtu: 1400 }
+    ));
+    let want = icmp
+        .icmp_type()
+        .calc_checksum(h.source, h.destination, icmp.payload())
+        .expect("sum");
     assert_eq!(icmp.checksum(), want);
 }
 
@@ -398,7 +546,9 @@ fn no_error_about_an_error() {
     let mut f = Vec::new();
     PacketBuilder::ethernet2(POD_A, GW_MAC_A)
         .ipv4([10, 1, 0, 2], [10, 1, 0, 3], 1)
-        .icmpv4(Icmpv4Type::TimeExceeded(etherparse::icmpv4::TimeExceededCode::TtlExceededInTransit))
+        .icmpv4(Icmpv4Type::TimeExceeded(
+            etherparse::icmpv4::TimeExceededCode::TtlExceededInTransit,
+        ))
         .write(&mut f, &[0x45; 28])
         .expect("build");
     let parsed = pipeline::parse(&f, 0).expect("parses");
@@ -413,8 +563,15 @@ fn trace_records_every_stage() {
     let a = pipeline::process(&snap, 0, &mut f, &mut rec);
     assert_eq!(a, Action::Forward { port: 2 });
     let names: Vec<&str> = rec.stages.iter().map(|(s, _)| s.name()).collect();
-    assert_eq!(names, ["parse", "l2", "ttl", "route", "mtu", "neighbor", "rewrite"]);
-    assert!(rec.stages[3].1.contains("via 192.0.2.1"), "{:?}", rec.stages[3]);
+    assert_eq!(
+        names,
+        ["parse", "l2", "ttl", "route", "mtu", "neighbor", "rewrite"]
+    );
+    assert!(
+        rec.stages[3].1.contains("via 192.0.2.1"),
+        "{:?}",
+        rec.stages[3]
+    );
 }
 
 #[test]
@@ -432,7 +589,11 @@ fn a_burst_gives_the_same_verdicts_and_bytes_as_packet_by_packet() {
             _ => [192, 0, 2, 1],
         };
         let ttl = if i % 11 == 0 { 1 } else { 64 };
-        let len = if i % 13 == 0 { 1450 } else { (i as usize * 7) % 300 };
+        let len = if i % 13 == 0 {
+            1450
+        } else {
+            (i as usize * 7) % 300
+        };
         frames.push(udp4(POD_A, GW_MAC_A, [10, 1, 0, 2], dst, ttl, len));
         if i % 17 == 0 {
             frames.push(arp_request(POD_A, [10, 1, 0, 2], GW4.octets()));
@@ -452,13 +613,28 @@ fn a_burst_gives_the_same_verdicts_and_bytes_as_packet_by_packet() {
     let expected: Vec<Action> = one_by_one.iter_mut().map(|f| run(&snap, 0, f)).collect();
     let mut actions = vec![Action::Drop(DropReason::Malformed); frames.len()];
     let mut scratch = pipeline::Scratch::default();
-    pipeline::process_burst(&snap, 0, frames.as_mut_slice(), &mut actions, &mut scratch, &mut NoTrace);
+    pipeline::process_burst(
+        &snap,
+        0,
+        frames.as_mut_slice(),
+        &mut actions,
+        &mut scratch,
+        &mut NoTrace,
+    );
     assert_eq!(actions, expected);
     assert_eq!(frames, one_by_one, "same rewrites");
-    assert!(expected.iter().any(|a| matches!(a, Action::Forward { port: 1 })));
-    assert!(expected.iter().any(|a| matches!(a, Action::Forward { port: 2 })));
+    assert!(expected
+        .iter()
+        .any(|a| matches!(a, Action::Forward { port: 1 })));
+    assert!(expected
+        .iter()
+        .any(|a| matches!(a, Action::Forward { port: 2 })));
     assert!(expected.iter().any(|a| matches!(a, Action::Reply)));
     assert!(expected.iter().any(|a| matches!(a, Action::Punt(_))));
-    assert!(expected.iter().any(|a| matches!(a, Action::IcmpError { .. })));
-    assert!(expected.iter().any(|a| matches!(a, Action::Drop(DropReason::Blackhole))));
+    assert!(expected
+        .iter()
+        .any(|a| matches!(a, Action::IcmpError { .. })));
+    assert!(expected
+        .iter()
+        .any(|a| matches!(a, Action::Drop(DropReason::Blackhole))));
 }

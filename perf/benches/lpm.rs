@@ -251,7 +251,12 @@ fn bench_v4(c: &mut Criterion) {
     rte.lookup_bulk(&addrs, &mut theirs);
     let mut hits = 0;
     for ((&a, &o), &t) in addrs.iter().zip(&ours).zip(&theirs) {
-        assert_eq!(o, rte_result(t), "Lpm4 and rte_lpm differ on {}", Ipv4Addr::from(a));
+        assert_eq!(
+            o,
+            rte_result(t),
+            "Lpm4 and rte_lpm differ on {}",
+            Ipv4Addr::from(a)
+        );
         assert_eq!(o, lpm.lookup_u32(a));
         hits += usize::from(o != NO_ROUTE);
     }
@@ -314,7 +319,10 @@ fn bench_v6(c: &mut Criterion) {
     let mut out = vec![0; addrs.len()];
     lpm.lookup_batch(&addrs, &mut out);
     let hits = out.iter().filter(|&&nh| nh != NO_ROUTE).count();
-    assert!(addrs.iter().zip(&out).all(|(&a, &o)| lpm.lookup_u128(a) == o));
+    assert!(addrs
+        .iter()
+        .zip(&out)
+        .all(|(&a, &o)| lpm.lookup_u128(a) == o));
     println!(
         "lpm6: {} routes, build {:.2?}, memory_bytes {:.1} MiB, {} groups, {:.1}% hits",
         lpm.len(),

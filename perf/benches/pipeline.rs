@@ -44,7 +44,9 @@ fn frame(dst: u32) -> Vec<u8> {
     f[6..12].copy_from_slice(&[2, 0, 0, 0, 1, 2]);
     f[12..14].copy_from_slice(&[0x08, 0x00]);
     let ip = &mut f[14..34];
-    ip.copy_from_slice(&[0x45, 0, 0, 50, 0, 0, 0x40, 0, 64, 17, 0, 0, 10, 1, 0, 2, 0, 0, 0, 0]);
+    ip.copy_from_slice(&[
+        0x45, 0, 0, 50, 0, 0, 0x40, 0, 64, 17, 0, 0, 10, 1, 0, 2, 0, 0, 0, 0,
+    ]);
     ip[16..20].copy_from_slice(&dst.to_be_bytes());
     let c = !checksum::data(ip);
     ip[10..12].copy_from_slice(&c.to_be_bytes());
@@ -57,14 +59,24 @@ fn frame(dst: u32) -> Vec<u8> {
 fn snapshot(routes: &[(u32, u8, u32)]) -> Snapshot {
     let mut lpm = Lpm4::new();
     for &(p, len, i) in routes {
-        lpm.insert(Ipv4Addr::from(p), len, i % NEXT_HOPS).expect("route");
+        lpm.insert(Ipv4Addr::from(p), len, i % NEXT_HOPS)
+            .expect("route");
     }
     let next_hops = (0..NEXT_HOPS)
-        .map(|k| NextHopEntry::Port { port: 1, via: Some(IpAddr::V4(neighbor_ip(k))) })
+        .map(|k| NextHopEntry::Port {
+            port: 1,
+            via: Some(IpAddr::V4(neighbor_ip(k))),
+        })
         .collect();
     let mut neighbors = FxHashMap::default();
     for k in 0..NEXT_HOPS {
-        neighbors.insert((0, IpAddr::V4(neighbor_ip(k))), Neighbor { mac: EthernetAddress(neighbor_mac(k)), port: 1 });
+        neighbors.insert(
+            (0, IpAddr::V4(neighbor_ip(k))),
+            Neighbor {
+                mac: EthernetAddress(neighbor_mac(k)),
+                port: 1,
+            },
+        );
     }
     let port = |name: &str, role, mac| PortState {
         name: name.into(),
@@ -80,7 +92,10 @@ fn snapshot(routes: &[(u32, u8, u32)]) -> Snapshot {
     };
     Snapshot {
         generation: 1,
-        ports: vec![port("in", PortRole::Host, IN_MAC), port("uplink", PortRole::Uplink, OUT_MAC)],
+        ports: vec![
+            port("in", PortRole::Host, IN_MAC),
+            port("uplink", PortRole::Uplink, OUT_MAC),
+        ],
         networks: vec![Network {
             name: "default".into(),
             lpm4: Arc::new(lpm),
@@ -141,10 +156,22 @@ fn bench(c: &mut Criterion) {
     let mut actions = [Action::Drop(ferrule_dataplane::counters::DropReason::Malformed); BURST];
     for chunk in frames.chunks(BURST) {
         let (mut a, mut b) = (chunk.to_vec(), chunk.to_vec());
-        pipeline::process_burst(&snap, 0, a.as_mut_slice(), &mut actions[..chunk.len()], &mut scratch, &mut NoTrace);
+        pipeline::process_burst(
+            &snap,
+            0,
+            a.as_mut_slice(),
+            &mut actions[..chunk.len()],
+            &mut scratch,
+            &mut NoTrace,
+        );
         let sent = l3fwd(&rte, &mut b, &macs);
         assert_eq!(sent, chunk.len(), "every frame hits a route");
-        assert!(actions[..chunk.len()].iter().all(|x| *x == Action::Forward { port: 1 }), "{actions:?}");
+        assert!(
+            actions[..chunk.len()]
+                .iter()
+                .all(|x| *x == Action::Forward { port: 1 }),
+            "{actions:?}"
+        );
         assert_eq!(a, b, "Ferrule and the baseline rewrite identically");
     }
 
@@ -160,14 +187,25 @@ fn bench(c: &mut Criterion) {
         b.iter_batched_ref(
             &mut next_burst,
             |burst| {
-                pipeline::process_burst(&snap, 0, burst.as_mut_slice(), &mut actions, &mut scratch, &mut NoTrace);
+                pipeline::process_burst(
+                    &snap,
+                    0,
+                    burst.as_mut_slice(),
+                    &mut actions,
+                    &mut scratch,
+                    &mut NoTrace,
+                );
                 black_box(&actions);
             },
             BatchSize::SmallInput,
         )
     });
     g.bench_function("l3fwd_rte_lpm_burst32", |b| {
-        b.iter_batched_ref(&mut next_burst, |burst| black_box(l3fwd(&rte, burst, &macs)), BatchSize::SmallInput)
+        b.iter_batched_ref(
+            &mut next_burst,
+            |burst| black_box(l3fwd(&rte, burst, &macs)),
+            BatchSize::SmallInput,
+        )
     });
     g.finish();
 }
@@ -189,7 +227,10 @@ fn main() {
     ]
     .iter()
     .map(|s| s.to_string())
-    .chain(std::iter::once(format!("ferrule-bench-pipe-{}", std::process::id())))
+    .chain(std::iter::once(format!(
+        "ferrule-bench-pipe-{}",
+        std::process::id()
+    )))
     .collect();
     let eal = Eal::init_args(args).expect("EAL init");
     let mut c = Criterion::default().configure_from_args();

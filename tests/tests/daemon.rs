@@ -283,6 +283,17 @@ fn bad_configuration_names_key_and_line_and_exits_2() {
     );
     let (code, out) = run_ferruled(&good, &["--check"]);
     assert_eq!(code, Some(0), "{out}");
+    // Routes that clash with a pod's own address are refused before anything starts.
+    let clash = good.replace(
+        "role = \"pod\"\n",
+        "role = \"pod\"\npod_ips = [\"10.1.0.2\"]\npod_mac = \"02:00:00:00:01:02\"\n",
+    ) + "\n[[route]]\nprefix = \"10.1.0.2/32\"\nblackhole = true\n";
+    let (code, err) = run_ferruled(&clash, &["--check"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("10.1.0.2/32") && err.contains("pod route"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -16,7 +16,10 @@ impl Topology {
     fn up(tag: &str) -> Topology {
         let name = format!("fe{tag}{}", std::process::id() % 100_000);
         let t = Topology(name);
-        let st = Command::new(script()).args(["up", &t.0]).status().expect("run netns-topology.sh");
+        let st = Command::new(script())
+            .args(["up", &t.0])
+            .status()
+            .expect("run netns-topology.sh");
         assert!(st.success(), "netns-topology.sh up failed (root needed)");
         t
     }
@@ -48,20 +51,23 @@ fn script() -> std::path::PathBuf {
 /// configs/ferrule.toml (the demo topology) with this test's EAL settings and a
 /// 1400-byte MTU on the uplink.
 fn config(prefix: &str) -> String {
-    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/ferrule.toml"))
-        .expect("read configs/ferrule.toml");
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/ferrule.toml"),
+    )
+    .expect("read configs/ferrule.toml");
     let tail = &text[text.find("[log]").expect("[log] section")..];
     let base = base_config(prefix);
     let base = &base[..base.find("[log]").expect("[log]")];
-    let tail = tail.replace(
-        "role = \"uplink\"\n",
-        "role = \"uplink\"\nmtu = 1400\n",
-    );
+    let tail = tail.replace("role = \"uplink\"\n", "role = \"uplink\"\nmtu = 1400\n");
     format!("{base}{tail}")
 }
 
 fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
 }
 
 fn ping(t: &Topology, from: &str, args: &[&str]) -> Output {
@@ -84,7 +90,8 @@ fn kernel_stacks_reach_the_gateway_each_other_and_the_router() {
     let prefix = unique_prefix("pipe");
     let dir = tempfile::tempdir().expect("tempdir");
     let wrapper = vec!["ip".into(), "netns".into(), "exec".into(), topo.ns("fr")];
-    let mut d = Ferruled::start_wrapped(dir, &config(&prefix), &prefix, &wrapper).expect("start ferruled");
+    let mut d =
+        Ferruled::start_wrapped(dir, &config(&prefix), &prefix, &wrapper).expect("start ferruled");
 
     // The gateway answers ARP/ND and echo; pods reach each other and the router.
     for (from, args) in [
@@ -96,9 +103,18 @@ fn kernel_stacks_reach_the_gateway_each_other_and_the_router() {
         ("pa", vec!["-6", "2001:db8::1"]),
     ] {
         let o = ping(&topo, from, &args);
-        assert!(o.status.success(), "ping {args:?} from {from} failed:\n{}\n{}", text(&o), d.log_text());
+        assert!(
+            o.status.success(),
+            "ping {args:?} from {from} failed:\n{}\n{}",
+            text(&o),
+            d.log_text()
+        );
         if args.contains(&"10.1.0.3") || args.contains(&"fd00:1::2") {
-            assert!(text(&o).contains("ttl=63"), "one hop: TTL decremented once: {}", text(&o));
+            assert!(
+                text(&o).contains("ttl=63"),
+                "one hop: TTL decremented once: {}",
+                text(&o)
+            );
         }
     }
     let n = d.ctl_json(&["neigh", "dump"]);
@@ -108,24 +124,75 @@ fn kernel_stacks_reach_the_gateway_each_other_and_the_router() {
         .iter()
         .filter_map(|e| Some((e["ip"].as_str()?, e["mac"].as_str()?)))
         .collect();
-    assert!(learned.contains(&("192.0.2.1", "02:00:00:c0:00:01")), "{n:#}");
-    assert!(learned.contains(&("2001:db8::1", "02:00:00:c0:00:01")), "{n:#}");
+    assert!(
+        learned.contains(&("192.0.2.1", "02:00:00:c0:00:01")),
+        "{n:#}"
+    );
+    assert!(
+        learned.contains(&("2001:db8::1", "02:00:00:c0:00:01")),
+        "{n:#}"
+    );
 
     // TTL 1: time exceeded from the gateway.
     let o = topo.run("pa", &["ping", "-c", "1", "-W", "2", "-t", "1", "10.1.0.3"]);
-    assert!(text(&o).contains("From 169.254.1.1") && text(&o).contains("Time to live exceeded"), "{}", text(&o));
+    assert!(
+        text(&o).contains("From 169.254.1.1") && text(&o).contains("Time to live exceeded"),
+        "{}",
+        text(&o)
+    );
     // Hop limit 1 over IPv6.
-    let o = topo.run("pa", &["ping", "-6", "-c", "1", "-W", "2", "-t", "1", "fd00:1::3"]);
+    let o = topo.run(
+        "pa",
+        &["ping", "-6", "-c", "1", "-W", "2", "-t", "1", "fd00:1::3"],
+    );
     assert!(text(&o).contains("Time exceeded"), "{}", text(&o));
     // Larger than the uplink MTU with DF: fragmentation needed (mtu 1400); IPv6: too big.
-    let o = topo.run("pa", &["ping", "-c", "1", "-W", "2", "-M", "do", "-s", "1400", "192.0.2.1"]);
+    let o = topo.run(
+        "pa",
+        &[
+            "ping",
+            "-c",
+            "1",
+            "-W",
+            "2",
+            "-M",
+            "do",
+            "-s",
+            "1400",
+            "192.0.2.1",
+        ],
+    );
     assert!(text(&o).contains("mtu = 1400"), "{}", text(&o));
-    let o = topo.run("pa", &["ping", "-6", "-c", "1", "-W", "2", "-M", "do", "-s", "1400", "2001:db8::1"]);
-    assert!(text(&o).contains("mtu=1400") || text(&o).contains("Packet too big"), "{}", text(&o));
+    let o = topo.run(
+        "pa",
+        &[
+            "ping",
+            "-6",
+            "-c",
+            "1",
+            "-W",
+            "2",
+            "-M",
+            "do",
+            "-s",
+            "1400",
+            "2001:db8::1",
+        ],
+    );
+    assert!(
+        text(&o).contains("mtu=1400") || text(&o).contains("Packet too big"),
+        "{}",
+        text(&o)
+    );
     let s = d.ctl_json(&["stats"]);
     assert!(drops(&s, "ttl-exceeded") >= 2, "{s:#}");
     assert!(drops(&s, "mtu-exceeded") >= 2, "{s:#}");
-    let icmp_errors: u64 = s["workers"].as_array().expect("workers").iter().filter_map(|w| w["icmp_errors"].as_u64()).sum();
+    let icmp_errors: u64 = s["workers"]
+        .as_array()
+        .expect("workers")
+        .iter()
+        .filter_map(|w| w["icmp_errors"].as_u64())
+        .sum();
     assert!(icmp_errors >= 4, "{s:#}");
 
     // Routes over the control socket: a blackhole stops traffic, a trace shows why.
@@ -135,22 +202,67 @@ fn kernel_stacks_reach_the_gateway_each_other_and_the_router() {
     let o = ping(&topo, "pa", &["203.0.113.9"]);
     assert!(!o.status.success());
     assert!(drops(&d.ctl_json(&["stats"]), "blackhole") >= before + 2);
-    let t = d.ctl_json(&["trace", "--in-port", "pod-a", "--proto", "udp", "--src", "10.1.0.2:5", "--dst", "203.0.113.9:53"]);
-    assert_eq!(t["verdict"], serde_json::json!({"action": "drop", "reason": "blackhole"}));
-    let o = d.ctl(&["trace", "--in-port", "pod-a", "--proto", "tcp", "--src", "10.1.0.2:4000", "--dst", "10.1.0.3:80"]);
+    let t = d.ctl_json(&[
+        "trace",
+        "--in-port",
+        "pod-a",
+        "--proto",
+        "udp",
+        "--src",
+        "10.1.0.2:5",
+        "--dst",
+        "203.0.113.9:53",
+    ]);
+    assert_eq!(
+        t["verdict"],
+        serde_json::json!({"action": "drop", "reason": "blackhole"})
+    );
+    let o = d.ctl(&[
+        "trace",
+        "--in-port",
+        "pod-a",
+        "--proto",
+        "tcp",
+        "--src",
+        "10.1.0.2:4000",
+        "--dst",
+        "10.1.0.3:80",
+    ]);
     let out = String::from_utf8_lossy(&o.stdout);
     assert_eq!(out.lines().last(), Some("verdict: forward pod-b"), "{out}");
     let o = d.ctl(&["route", "del", "203.0.113.0/24"]);
     assert!(o.status.success(), "{}", text(&o));
     // With the blackhole gone, the default route takes it to the router.
-    let t = d.ctl_json(&["trace", "--in-port", "pod-a", "--proto", "icmp", "--src", "10.1.0.2", "--dst", "203.0.113.9"]);
-    assert_eq!(t["verdict"], serde_json::json!({"action": "forward", "port": "uplink0"}));
+    let t = d.ctl_json(&[
+        "trace",
+        "--in-port",
+        "pod-a",
+        "--proto",
+        "icmp",
+        "--src",
+        "10.1.0.2",
+        "--dst",
+        "203.0.113.9",
+    ]);
+    assert_eq!(
+        t["verdict"],
+        serde_json::json!({"action": "forward", "port": "uplink0"})
+    );
     // Bad requests name the field and change nothing.
     let o = d.ctl(&["route", "add", "10.9.0.1/16", "--port", "uplink0"]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(text(&o).contains("prefix") && text(&o).contains("host bits"), "{}", text(&o));
+    assert!(
+        text(&o).contains("prefix") && text(&o).contains("host bits"),
+        "{}",
+        text(&o)
+    );
     let o = d.ctl(&["route", "del", "10.1.0.2/32"]);
-    assert_eq!(o.status.code(), Some(1), "pod routes belong to their port: {}", text(&o));
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "pod routes belong to their port: {}",
+        text(&o)
+    );
 
     // Live trace of real packets.
     let o = d.ctl(&["trace", "start", "--port", "pod-b", "--count", "2"]);
@@ -160,7 +272,10 @@ fn kernel_stacks_reach_the_gateway_each_other_and_the_router() {
     let dump = d.ctl_json(&["trace", "dump"]);
     let pkts = dump["packets"].as_array().expect("packets");
     assert_eq!(pkts.len(), 2, "{dump:#}");
-    assert_eq!(pkts[0]["verdict"], serde_json::json!({"action": "forward", "port": "pod-a"}));
+    assert_eq!(
+        pkts[0]["verdict"],
+        serde_json::json!({"action": "forward", "port": "pod-a"})
+    );
     assert_eq!(dump["remaining"], 0);
 
     assert_eq!(d.terminate().code(), Some(0), "{}", d.log_text());

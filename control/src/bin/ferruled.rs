@@ -4,6 +4,7 @@
 use clap::Parser;
 use ferrule_control::config::{Config, DEFAULT_CONFIG_PATH, EMBEDDED_DEFAULT};
 use ferrule_control::daemon::Daemon;
+use ferrule_control::fib::Fib;
 use ferrule_control::server::{Server, ServerConfig, StopReason};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -18,7 +19,8 @@ use std::time::Duration;
 lcore, forward packets between the configured ports, while the control thread serves the \
 JSON-RPC control API on a Unix socket (see ferrulectl(1) and docs/control-protocol.md).\n\n\
 Configuration: --config PATH, else /etc/ferrule/ferrule.toml, else the embedded default \
-(configs/ferrule.toml: two net_null virtual ports cross-connected). Every key is documented \
+(configs/ferrule.toml: the demo topology of scripts/netns-topology.sh — two pod ports \
+and an uplink on af_packet veths). Every key is documented \
 in configs/README.md. Logging goes to stderr; RUST_LOG overrides [log] level.\n\n\
 SIGINT or SIGTERM stops polling, stops the ports, frees DPDK memory, removes the control \
 socket and exits 0.",
@@ -133,6 +135,14 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // The forwarding state (routes from ports, pods and [[route]]) must also hold
+    // together; a clash is a configuration error like any other.
+    let placeholder_macs = vec![[0u8; 6]; cfg.ports.len()];
+    let placeholder_ids: Vec<u16> = (0..cfg.ports.len() as u16).collect();
+    if let Err(e) = Fib::from_config(&cfg, &placeholder_macs, &placeholder_ids) {
+        eprintln!("ferruled: {source}: `{}`: {}", e.field, e.message);
+        return ExitCode::from(2);
+    }
     if args.check {
         println!(
             "{source}: OK — {} port(s), {} worker(s), socket {}",

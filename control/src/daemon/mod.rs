@@ -51,7 +51,10 @@ pub enum StartError {
     #[error("cannot create the mbuf pool ({mbufs} mbufs): {err}\n  hint: raise eal.memory_mb or lower dataplane.mbufs")]
     Mempool { mbufs: u32, err: DpdkError },
     #[error("the forwarding state of the configuration is invalid: `{field}`: {message}")]
-    Fib { field: &'static str, message: String },
+    Fib {
+        field: &'static str,
+        message: String,
+    },
     #[error("port {name:?} ({devargs}) failed to start: {err}")]
     Port {
         name: String,
@@ -253,9 +256,14 @@ impl Daemon {
 
         let port_ids: Vec<u16> = ports.iter().map(|p| p.eth.id()).collect();
         let macs: Vec<[u8; 6]> = ports.iter().map(|p| p.eth.mac()).collect();
-        let mut fib = Fib::from_config(cfg, &macs, &port_ids)
-            .map_err(|e| StartError::Fib { field: e.field, message: e.message })?;
-        let shared = Arc::new(Shared::new(fib.snapshot(), PuntQueues::new(PUNT_QUEUE, TRACE_QUEUE)));
+        let mut fib = Fib::from_config(cfg, &macs, &port_ids).map_err(|e| StartError::Fib {
+            field: e.field,
+            message: e.message,
+        })?;
+        let shared = Arc::new(Shared::new(
+            fib.snapshot(),
+            PuntQueues::new(PUNT_QUEUE, TRACE_QUEUE),
+        ));
         for (i, p) in ports.iter().enumerate() {
             shared.set_link(i, p.link_up);
             shared.set_dpdk_id(i, p.eth.id());
@@ -407,14 +415,22 @@ impl Daemon {
             .workers
             .iter()
             .map(|w| {
-                let queues = w.plan.jobs.iter().map(|j| format!("{}/{}", names[j.index], j.queue)).collect();
+                let queues = w
+                    .plan
+                    .jobs
+                    .iter()
+                    .map(|j| format!("{}/{}", names[j.index], j.queue))
+                    .collect();
                 (w.plan.worker as u32, w.plan.lcore, queues, &*w.counters)
             })
             .chain(std::iter::once(control))
             .map(|(worker, lcore, queues, c)| {
                 let drop_reasons: Vec<api::DropCount> = c
                     .drop_reasons()
-                    .map(|(r, n)| api::DropCount { reason: r.name().to_string(), packets: n })
+                    .map(|(r, n)| api::DropCount {
+                        reason: r.name().to_string(),
+                        packets: n,
+                    })
                     .collect();
                 for d in &drop_reasons {
                     match reasons.iter_mut().find(|(r, _)| *r == d.reason) {
@@ -442,12 +458,22 @@ impl Daemon {
                 s
             })
             .collect();
-        totals.drop_reasons =
-            reasons.into_iter().map(|(reason, packets)| api::DropCount { reason, packets }).collect();
-        let ports = (0..self.ports.len())
-            .map(|i| api::PortStats { name: names[i].to_string(), counters: self.port_counters(i) })
+        totals.drop_reasons = reasons
+            .into_iter()
+            .map(|(reason, packets)| api::DropCount { reason, packets })
             .collect();
-        Stats { uptime_secs: self.started.elapsed().as_secs_f64(), workers, ports, totals }
+        let ports = (0..self.ports.len())
+            .map(|i| api::PortStats {
+                name: names[i].to_string(),
+                counters: self.port_counters(i),
+            })
+            .collect();
+        Stats {
+            uptime_secs: self.started.elapsed().as_secs_f64(),
+            workers,
+            ports,
+            totals,
+        }
     }
 
     /// Reads every port's link and publishes changes to the workers.

@@ -7,8 +7,8 @@ use super::{Daemon, PUNT_QUEUE};
 use crate::resolver::{Held, Pending};
 use ferrule_dataplane::counters::DropReason;
 use ferrule_dataplane::dpdk::Mbuf;
-use ferrule_dataplane::punt::InjectItem;
 use ferrule_dataplane::pipeline::{self, local, Punt};
+use ferrule_dataplane::punt::InjectItem;
 use ferrule_dataplane::wire::EthernetAddress;
 use std::net::{IpAddr, Ipv6Addr};
 use std::time::Instant;
@@ -17,7 +17,22 @@ use std::time::Instant;
 fn link_local(mac: EthernetAddress) -> Ipv6Addr {
     let m = mac.octets();
     Ipv6Addr::from([
-        0xfe, 0x80, 0, 0, 0, 0, 0, 0, m[0] ^ 0x02, m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5],
+        0xfe,
+        0x80,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        m[0] ^ 0x02,
+        m[1],
+        m[2],
+        0xff,
+        0xfe,
+        m[3],
+        m[4],
+        m[5],
     ])
 }
 
@@ -27,23 +42,43 @@ impl Daemon {
         let mut learned = Vec::new();
         let mut changed = false;
         for _ in 0..PUNT_QUEUE {
-            let Some(item) = self.shared.punt.packets.pop() else { break };
+            let Some(item) = self.shared.punt.packets.pop() else {
+                break;
+            };
             let in_port = usize::from(item.in_port);
             match item.punt {
                 Punt::Learn => {
-                    let Some(port) = self.fib.ports().get(in_port) else { continue };
+                    let Some(port) = self.fib.ports().get(in_port) else {
+                        continue;
+                    };
                     let net = port.network;
                     if let Some((ip, mac)) = local::learned(item.mbuf.as_ref()) {
-                        changed |= self.fib.set_neighbor(net, ip, mac, item.in_port, false);
-                        learned.push((net, ip));
-                        tracing::debug!(%ip, %mac, port = in_port, "neighbour learned");
+                        // Only answers to our own requests, or updates of neighbours we
+                        // know, are learned: an unsolicited reply cannot plant an entry.
+                        let key = (net, ip);
+                        let wanted =
+                            self.resolver.is_pending(key) || self.fib.neighbor(key).is_some();
+                        if wanted {
+                            changed |= self.fib.set_neighbor(net, ip, mac, item.in_port, false);
+                            learned.push(key);
+                            tracing::debug!(%ip, %mac, port = in_port, "neighbour learned");
+                        } else {
+                            self.control_counters
+                                .drop_packets(DropReason::ArpIgnored, in_port, 1);
+                        }
                     }
                 }
                 Punt::Resolve { network, ip, port } => {
                     let key = (network, ip);
-                    if self.fib.neighbors().any(|(k, _)| *k == key) {
+                    if self.fib.neighbor(key).is_some() {
                         // Resolved since the worker looked: send it now.
-                        let p = Pending { port, held: vec![item.mbuf], tries: 0, last_sent: None, since: Instant::now() };
+                        let p = Pending {
+                            port,
+                            held: vec![item.mbuf],
+                            tries: 0,
+                            last_sent: None,
+                            since: Instant::now(),
+                        };
                         self.send_held(key, p);
                         continue;
                     }
@@ -52,7 +87,8 @@ impl Daemon {
                         Held::Yes(false) => {}
                         Held::No(m) => {
                             drop(m);
-                            self.control_counters.drop_packets(DropReason::NoNeighbour, in_port, 1);
+                            self.control_counters
+                                .drop_packets(DropReason::NoNeighbour, in_port, 1);
                         }
                     }
                 }
@@ -76,7 +112,8 @@ impl Daemon {
         }
         for m in expired {
             let index = self.port_index_of_dpdk(m.port()).unwrap_or(0);
-            self.control_counters.drop_packets(DropReason::NoNeighbour, index, 1);
+            self.control_counters
+                .drop_packets(DropReason::NoNeighbour, index, 1);
         }
     }
 
@@ -87,8 +124,12 @@ impl Daemon {
     /// Sends an ARP request or neighbour solicitation for `key` out of `port`.
     fn send_request(&mut self, key: (u16, IpAddr), port: u16) {
         self.resolver.sent(key);
-        let Some(p) = self.fib.ports().get(usize::from(port)).cloned() else { return };
-        let Some(mut m) = Mbuf::alloc(&self.pool) else { return };
+        let Some(p) = self.fib.ports().get(usize::from(port)).cloned() else {
+            return;
+        };
+        let Some(mut m) = Mbuf::alloc(&self.pool) else {
+            return;
+        };
         let Some(buf) = m.append(128) else { return };
         let len = match key.1 {
             IpAddr::V4(target) => match p.local_v4.first() {
@@ -99,7 +140,11 @@ impl Daemon {
                 }
             },
             IpAddr::V6(target) => {
-                let src = p.local_v6.first().copied().unwrap_or_else(|| link_local(p.mac));
+                let src = p
+                    .local_v6
+                    .first()
+                    .copied()
+                    .unwrap_or_else(|| link_local(p.mac));
                 local::build_neighbor_solicit(&p, src, target, buf)
             }
         };
@@ -112,12 +157,13 @@ impl Daemon {
 
     /// Rewrites held packets for the now-resolved `key` and sends them.
     pub(super) fn send_held(&mut self, key: (u16, IpAddr), p: Pending) {
-        let mac = self.fib.neighbors().find(|(k, _)| **k == key).map(|(_, n)| n.mac);
+        let mac = self.fib.neighbor(key).map(|n| n.mac);
         let out = self.fib.ports().get(usize::from(p.port)).cloned();
         let (Some(mac), Some(out)) = (mac, out) else {
             for m in p.held {
                 let index = self.port_index_of_dpdk(m.port()).unwrap_or(0);
-                self.control_counters.drop_packets(DropReason::NoNeighbour, index, 1);
+                self.control_counters
+                    .drop_packets(DropReason::NoNeighbour, index, 1);
             }
             return;
         };
@@ -143,11 +189,13 @@ impl Daemon {
     pub(super) fn tx_control(&mut self, index: usize, mbufs: impl Iterator<Item = Mbuf>) {
         let c = &self.control_counters;
         for m in mbufs {
-            if let Err(item) = self.shared.inject.push(InjectItem { port: index as u16, mbuf: m }) {
+            // Worker 0 counts what it sends; only what never reaches it is counted here.
+            if let Err(item) = self.shared.inject.push(InjectItem {
+                port: index as u16,
+                mbuf: m,
+            }) {
                 drop(item);
                 c.drop_packets(DropReason::TxFull, index, 1);
-            } else {
-                c.tx_packets.add(1);
             }
         }
     }

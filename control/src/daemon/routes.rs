@@ -19,10 +19,9 @@ impl Daemon {
     fn network_param(&self, network: &Option<String>) -> Result<u16, RpcError> {
         match network {
             None => Ok(0),
-            Some(n) => self
-                .fib
-                .network_index(n)
-                .ok_or_else(|| RpcError::invalid_params("network", format!("no network named {n:?}"))),
+            Some(n) => self.fib.network_index(n).ok_or_else(|| {
+                RpcError::invalid_params("network", format!("no network named {n:?}"))
+            }),
         }
     }
 
@@ -35,7 +34,10 @@ impl Daemon {
     pub(super) fn route_add(&mut self, params: &Value) -> Result<Value, RpcError> {
         let p: RouteAdd = parse_params(params)?;
         let net = self.network_param(&p.network)?;
-        let prefix: IpCidr = p.prefix.parse().map_err(|e: String| RpcError::invalid_params("prefix", e))?;
+        let prefix: IpCidr = p
+            .prefix
+            .parse()
+            .map_err(|e: String| RpcError::invalid_params("prefix", e))?;
         let entry = match (&p.port, p.blackhole) {
             (Some(port), false) => {
                 let port = self.port_param("port", port)?;
@@ -49,14 +51,22 @@ impl Daemon {
             }
             (None, true) => {
                 if p.via.is_some() {
-                    return Err(RpcError::invalid_params("via", "a blackhole route has no next hop"));
+                    return Err(RpcError::invalid_params(
+                        "via",
+                        "a blackhole route has no next hop",
+                    ));
                 }
                 NextHopEntry::Blackhole
             }
             (Some(_), true) => {
-                return Err(RpcError::invalid_params("blackhole", "give either port or blackhole, not both"))
+                return Err(RpcError::invalid_params(
+                    "blackhole",
+                    "give either port or blackhole, not both",
+                ))
             }
-            (None, false) => return Err(RpcError::invalid_params("port", "needs port or blackhole")),
+            (None, false) => {
+                return Err(RpcError::invalid_params("port", "needs port or blackhole"))
+            }
         };
         self.fib.add_route(net, prefix, entry).map_err(fib_err)?;
         self.publish();
@@ -67,7 +77,10 @@ impl Daemon {
     pub(super) fn route_del(&mut self, params: &Value) -> Result<Value, RpcError> {
         let p: RouteDel = parse_params(params)?;
         let net = self.network_param(&p.network)?;
-        let prefix: IpCidr = p.prefix.parse().map_err(|e: String| RpcError::invalid_params("prefix", e))?;
+        let prefix: IpCidr = p
+            .prefix
+            .parse()
+            .map_err(|e: String| RpcError::invalid_params("prefix", e))?;
         self.fib.del_route(net, prefix).map_err(fib_err)?;
         self.publish();
         tracing::info!(network = net, %prefix, "route deleted");
@@ -109,16 +122,21 @@ impl Daemon {
     pub(super) fn neigh_add(&mut self, params: &Value) -> Result<Value, RpcError> {
         let p: NeighAdd = parse_params(params)?;
         let net = self.network_param(&p.network)?;
-        let ip: IpAddr =
-            p.ip.parse().map_err(|_| RpcError::invalid_params("ip", format!("{:?} is not an IP address", p.ip)))?;
-        let mac = parse_mac(&p.mac)
-            .filter(|m| m[0] & 1 == 0)
-            .ok_or_else(|| RpcError::invalid_params("mac", format!("{:?} is not a unicast MAC address", p.mac)))?;
+        let ip: IpAddr = p.ip.parse().map_err(|_| {
+            RpcError::invalid_params("ip", format!("{:?} is not an IP address", p.ip))
+        })?;
+        let mac = parse_mac(&p.mac).filter(|m| m[0] & 1 == 0).ok_or_else(|| {
+            RpcError::invalid_params("mac", format!("{:?} is not a unicast MAC address", p.mac))
+        })?;
         let port = self.port_param("port", &p.port)?;
         if self.fib.ports()[usize::from(port)].network != net {
-            return Err(RpcError::invalid_params("port", format!("port {:?} is in another network", p.port)));
+            return Err(RpcError::invalid_params(
+                "port",
+                format!("port {:?} is in another network", p.port),
+            ));
         }
-        self.fib.set_neighbor(net, ip, EthernetAddress(mac), port, true);
+        self.fib
+            .set_neighbor(net, ip, EthernetAddress(mac), port, true);
         self.publish();
         if let Some(pending) = self.resolver.resolved((net, ip)) {
             self.send_held((net, ip), pending);
@@ -129,10 +147,17 @@ impl Daemon {
     pub(super) fn neigh_del(&mut self, params: &Value) -> Result<Value, RpcError> {
         let p: NeighDel = parse_params(params)?;
         let net = self.network_param(&p.network)?;
-        let ip: IpAddr =
-            p.ip.parse().map_err(|_| RpcError::invalid_params("ip", format!("{:?} is not an IP address", p.ip)))?;
+        let ip: IpAddr = p.ip.parse().map_err(|_| {
+            RpcError::invalid_params("ip", format!("{:?} is not an IP address", p.ip))
+        })?;
         if !self.fib.del_neighbor(net, ip) {
-            return Err(RpcError::invalid_params("ip", format!("no neighbour {ip} in network {:?}", self.fib.network_name(net))));
+            return Err(RpcError::invalid_params(
+                "ip",
+                format!(
+                    "no neighbour {ip} in network {:?}",
+                    self.fib.network_name(net)
+                ),
+            ));
         }
         self.publish();
         Ok(serde_json::json!({}))
@@ -145,7 +170,12 @@ impl Daemon {
             None => None,
         };
         let ports = self.fib.ports();
-        let port_name = |i: u16| ports.get(usize::from(i)).map(|p| p.name.clone()).unwrap_or_default();
+        let port_name = |i: u16| {
+            ports
+                .get(usize::from(i))
+                .map(|p| p.name.clone())
+                .unwrap_or_default()
+        };
         let mut neighbors: Vec<api::NeighEntry> = self
             .fib
             .neighbors()
@@ -162,7 +192,11 @@ impl Daemon {
                 } else {
                     "reachable".into()
                 },
-                age_secs: if n.is_static { 0.0 } else { n.updated.elapsed().as_secs_f64() },
+                age_secs: if n.is_static {
+                    0.0
+                } else {
+                    n.updated.elapsed().as_secs_f64()
+                },
                 held_packets: 0,
             })
             .collect();

@@ -7,7 +7,7 @@ use crate::api::{self, TraceRun, TraceStage, TraceStart, TraceVerdict};
 use crate::config::parse_mac;
 use crate::rpc::{parse_params, RpcError};
 use ferrule_dataplane::pipeline::synth::{self, SynthError, SynthSpec};
-use ferrule_dataplane::pipeline::{self, Action, IcmpErrorKind, Punt, Recorder};
+use ferrule_dataplane::pipeline::{self, icmp_error, Action, IcmpErrorKind, Punt, Recorder};
 use ferrule_dataplane::snapshot::{PortRole, Snapshot};
 use ferrule_dataplane::wire::{EthernetAddress, IpProtocol};
 use serde_json::Value;
@@ -20,7 +20,9 @@ fn endpoint(field: &str, s: &str) -> Result<(IpAddr, Option<u16>), RpcError> {
     }
     s.parse::<SocketAddr>()
         .map(|sa| (sa.ip(), Some(sa.port())))
-        .map_err(|_| RpcError::invalid_params(field, format!("{s:?} is not IP, IP:PORT or [IPv6]:PORT")))
+        .map_err(|_| {
+            RpcError::invalid_params(field, format!("{s:?} is not IP, IP:PORT or [IPv6]:PORT"))
+        })
 }
 
 /// `SYN,ACK` → TCP flag bits.
@@ -56,47 +58,109 @@ fn kind_text(kind: IcmpErrorKind) -> String {
 }
 
 /// Turns recorded stages and the action into the API's stages and verdict.
-pub(super) fn render(snap: &Snapshot, in_port: u16, rec: Recorder, action: Action) -> (Vec<TraceStage>, TraceVerdict) {
-    let port_name = |i: u16| snap.ports.get(usize::from(i)).map(|p| p.name.clone()).unwrap_or_else(|| i.to_string());
+pub(super) fn render(
+    snap: &Snapshot,
+    in_port: u16,
+    rec: Recorder,
+    action: Action,
+    icmp_sent: bool,
+) -> (Vec<TraceStage>, TraceVerdict) {
+    let port_name = |i: u16| {
+        snap.ports
+            .get(usize::from(i))
+            .map(|p| p.name.clone())
+            .unwrap_or_else(|| i.to_string())
+    };
     let mut stages: Vec<TraceStage> = rec
         .stages
         .into_iter()
-        .map(|(s, detail)| TraceStage { stage: s.name().to_string(), detail })
+        .map(|(s, detail)| TraceStage {
+            stage: s.name().to_string(),
+            detail,
+        })
         .collect();
     let verdict = match action {
-        Action::Forward { port } => TraceVerdict::Forward { port: port_name(port) },
-        Action::Reply => TraceVerdict::Forward { port: port_name(in_port) },
+        Action::Forward { port } => TraceVerdict::Forward {
+            port: port_name(port),
+        },
+        Action::Reply => TraceVerdict::Forward {
+            port: port_name(in_port),
+        },
         Action::IcmpError { kind, reason } => {
+            let detail = if icmp_sent {
+                format!(
+                    "{} sent back out of {}",
+                    kind_text(kind),
+                    port_name(in_port)
+                )
+            } else {
+                format!(
+                    "no {} sent (never about an ICMP error, a later fragment or a multicast \
+                     source; or {} has no address of the family to send it from)",
+                    kind_text(kind),
+                    port_name(in_port)
+                )
+            };
             stages.push(TraceStage {
                 stage: "icmp".into(),
-                detail: format!("{} sent back out of {}", kind_text(kind), port_name(in_port)),
+                detail,
             });
-            TraceVerdict::Drop { reason: reason.name().to_string() }
+            TraceVerdict::Drop {
+                reason: reason.name().to_string(),
+            }
         }
         Action::Punt(Punt::Resolve { ip, port, .. }) => {
             stages.push(TraceStage {
                 stage: "punt".into(),
-                detail: format!("held while {ip} is resolved on {}; sent if it answers", port_name(port)),
+                detail: format!(
+                    "held while {ip} is resolved on {}; sent if it answers",
+                    port_name(port)
+                ),
             });
-            TraceVerdict::Drop { reason: "no-neighbour".into() }
+            TraceVerdict::Drop {
+                reason: "no-neighbour".into(),
+            }
         }
         Action::Punt(Punt::Learn) => {
-            stages.push(TraceStage { stage: "punt".into(), detail: "to the control thread to learn".into() });
-            TraceVerdict::Drop { reason: "local-unhandled".into() }
+            // Consumed by the control thread (not forwarded); the closest verdict.
+            stages.push(TraceStage {
+                stage: "punt".into(),
+                detail: "to the control thread to learn from".into(),
+            });
+            TraceVerdict::Drop {
+                reason: "local-unhandled".into(),
+            }
         }
-        Action::Drop(reason) => TraceVerdict::Drop { reason: reason.name().to_string() },
+        Action::Drop(reason) => TraceVerdict::Drop {
+            reason: reason.name().to_string(),
+        },
     };
     (stages, verdict)
+}
+
+/// Whether the ICMP error of an `IcmpError` action would actually be built and sent
+/// (the same check the worker makes).
+fn icmp_would_be_sent(snap: &Snapshot, in_port: u16, frame: &[u8], action: Action) -> bool {
+    let Action::IcmpError { kind, .. } = action else {
+        return false;
+    };
+    let Some(port) = snap.ports.get(usize::from(in_port)) else {
+        return false;
+    };
+    let Ok(parsed) = pipeline::parse(frame, port.network) else {
+        return false;
+    };
+    let mut out = vec![0u8; icmp_error::MAX_ERROR_FRAME];
+    icmp_error::build(port, &parsed, frame, kind, &mut out).is_some()
 }
 
 impl Daemon {
     pub(super) fn trace_run(&mut self, params: &Value) -> Result<Value, RpcError> {
         let p: TraceRun = parse_params(params)?;
         let snap = self.snapshot();
-        let in_port = self
-            .fib
-            .port_index(&p.in_port)
-            .ok_or_else(|| RpcError::invalid_params("in_port", format!("no port named {:?}", p.in_port)))?;
+        let in_port = self.fib.port_index(&p.in_port).ok_or_else(|| {
+            RpcError::invalid_params("in_port", format!("no port named {:?}", p.in_port))
+        })?;
         let port = &snap.ports[usize::from(in_port)];
         let proto = match p.proto.to_ascii_lowercase().as_str() {
             "tcp" => IpProtocol::TCP,
@@ -115,19 +179,27 @@ impl Daemon {
         let (dst, dport) = endpoint("dst", &p.dst)?;
         let ported = matches!(proto, IpProtocol::TCP | IpProtocol::UDP | IpProtocol::SCTP);
         if !ported && dport.is_some() {
-            return Err(RpcError::invalid_params("dst", format!("{} has no ports", p.proto)));
+            return Err(RpcError::invalid_params(
+                "dst",
+                format!("{} has no ports", p.proto),
+            ));
         }
         let flags = match (&p.tcp_flags, proto) {
             (Some(f), IpProtocol::TCP) => tcp_flags(f)?,
-            (Some(_), _) => return Err(RpcError::invalid_params("tcp_flags", "only with proto tcp")),
+            (Some(_), _) => {
+                return Err(RpcError::invalid_params("tcp_flags", "only with proto tcp"))
+            }
             (None, _) => 0x02,
         };
-        let mac = |field: &str, s: &Option<String>, default: EthernetAddress| -> Result<EthernetAddress, RpcError> {
+        let mac = |field: &str,
+                   s: &Option<String>,
+                   default: EthernetAddress|
+         -> Result<EthernetAddress, RpcError> {
             match s {
                 None => Ok(default),
-                Some(m) => parse_mac(m)
-                    .map(EthernetAddress)
-                    .ok_or_else(|| RpcError::invalid_params(field, format!("{m:?} is not a MAC address"))),
+                Some(m) => parse_mac(m).map(EthernetAddress).ok_or_else(|| {
+                    RpcError::invalid_params(field, format!("{m:?} is not a MAC address"))
+                }),
             }
         };
         let default_src = match (port.role, port.pod_mac) {
@@ -147,8 +219,12 @@ impl Daemon {
             ttl: p.ttl.unwrap_or(64),
         };
         let mut frame = synth::build(&spec).map_err(|e| match e {
-            SynthError::MixedFamilies => RpcError::invalid_params("dst", "src and dst differ in IP version"),
-            SynthError::ProtoFamily => RpcError::invalid_params("proto", "icmp is IPv4, icmpv6 is IPv6"),
+            SynthError::MixedFamilies => {
+                RpcError::invalid_params("dst", "src and dst differ in IP version")
+            }
+            SynthError::ProtoFamily => {
+                RpcError::invalid_params("proto", "icmp is IPv4, icmpv6 is IPv6")
+            }
             SynthError::Proto => RpcError::invalid_params("proto", "unsupported protocol"),
         })?;
         if frame.len() > 14 + 9600 {
@@ -156,18 +232,21 @@ impl Daemon {
         }
         let mut rec = Recorder::default();
         let action = pipeline::process(&snap, in_port, &mut frame, &mut rec);
-        let (stages, verdict) = render(&snap, in_port, rec, action);
+        let sent = icmp_would_be_sent(&snap, in_port, &frame, action);
+        let (stages, verdict) = render(&snap, in_port, rec, action, sent);
         to_value(api::TraceResult { stages, verdict })
     }
 
     pub(super) fn trace_start(&mut self, params: &Value) -> Result<Value, RpcError> {
         let p: TraceStart = parse_params(params)?;
-        let index = self
-            .fib
-            .port_index(&p.port)
-            .ok_or_else(|| RpcError::invalid_params("port", format!("no port named {:?}", p.port)))?;
+        let index = self.fib.port_index(&p.port).ok_or_else(|| {
+            RpcError::invalid_params("port", format!("no port named {:?}", p.port))
+        })?;
         if !(1..=1000).contains(&p.count) {
-            return Err(RpcError::invalid_params("count", format!("{} is outside 1..=1000", p.count)));
+            return Err(RpcError::invalid_params(
+                "count",
+                format!("{} is outside 1..=1000", p.count),
+            ));
         }
         self.collect_traces();
         self.traces.clear();
@@ -185,7 +264,8 @@ impl Daemon {
             let original = data.clone();
             let mut rec = Recorder::default();
             let replayed = pipeline::process(&snap, cap.in_port, &mut data, &mut rec);
-            let (mut stages, verdict) = render(&snap, cap.in_port, rec, cap.action);
+            let sent = icmp_would_be_sent(&snap, cap.in_port, &original, cap.action);
+            let (mut stages, verdict) = render(&snap, cap.in_port, rec, cap.action, sent);
             if replayed != cap.action || snap.generation != cap.generation {
                 stages.push(TraceStage {
                     stage: "note".into(),
@@ -199,7 +279,11 @@ impl Daemon {
                 self.traces.pop_front();
             }
             self.traces.push_back(api::TracedPacket {
-                port: snap.ports.get(usize::from(cap.in_port)).map(|p| p.name.clone()).unwrap_or_default(),
+                port: snap
+                    .ports
+                    .get(usize::from(cap.in_port))
+                    .map(|p| p.name.clone())
+                    .unwrap_or_default(),
                 time_secs: cap.time_ns.saturating_sub(started) as f64 / 1e9,
                 len: cap.len,
                 data_hex: original.iter().map(|b| format!("{b:02x}")).collect(),

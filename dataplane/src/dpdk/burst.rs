@@ -92,7 +92,10 @@ impl Burst {
     #[inline(always)]
     pub fn free_all(&mut self) {
         if self.len > 0 {
-            debug_assert!(self.pkts[..self.len].iter().all(|p| !p.is_null()), "free_all after take");
+            debug_assert!(
+                self.pkts[..self.len].iter().all(|p| !p.is_null()),
+                "free_all after take"
+            );
             // SAFETY: the first len slots hold owned mbufs, freed exactly once here.
             unsafe {
                 ferrule_ffi::ferrule_pktmbuf_free_bulk(self.pkts.as_mut_ptr(), self.len as u32)

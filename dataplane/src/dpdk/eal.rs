@@ -187,7 +187,10 @@ mod tests {
         assert!(a.contains(&"--no-huge".to_string()));
         assert!(a.contains(&"--no-pci".to_string()));
         assert!(a.contains(&"--no-shconf".to_string()));
-        assert!(!a.contains(&"--in-memory".to_string()), "EAL refuses --in-memory with --no-huge");
+        assert!(
+            !a.contains(&"--in-memory".to_string()),
+            "EAL refuses --in-memory with --no-huge"
+        );
         assert!(a.windows(2).any(|w| w == ["--file-prefix", "ferrule"]));
     }
 

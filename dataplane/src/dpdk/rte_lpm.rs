@@ -20,13 +20,19 @@ pub const LOOKUP_SUCCESS: u32 = ferrule_ffi::RTE_LPM_LOOKUP_SUCCESS;
 impl RteLpm {
     /// Creates a table for up to `max_rules` routes with `tbl8s` tbl8 groups.
     pub fn new(name: &str, max_rules: u32, tbl8s: u32) -> Result<RteLpm, DpdkError> {
-        let cname =
-            CString::new(name).map_err(|_| DpdkError::new(format!("rte_lpm {name:?}: NUL in name"), 22))?;
-        let cfg = ferrule_ffi::rte_lpm_config { max_rules, number_tbl8s: tbl8s, flags: 0 };
+        let cname = CString::new(name)
+            .map_err(|_| DpdkError::new(format!("rte_lpm {name:?}: NUL in name"), 22))?;
+        let cfg = ferrule_ffi::rte_lpm_config {
+            max_rules,
+            number_tbl8s: tbl8s,
+            flags: 0,
+        };
         // SAFETY: the EAL is running; cname and cfg are valid for the call; -1 is
         // SOCKET_ID_ANY.
         let p = unsafe { ferrule_ffi::rte_lpm_create(cname.as_ptr(), -1, &cfg) };
-        NonNull::new(p).map(RteLpm).ok_or_else(|| DpdkError::last(format!("rte_lpm_create({name})")))
+        NonNull::new(p)
+            .map(RteLpm)
+            .ok_or_else(|| DpdkError::last(format!("rte_lpm_create({name})")))
     }
 
     /// Adds a route; `next_hop` must fit 24 bits.
@@ -49,11 +55,19 @@ impl RteLpm {
     /// a hit). `out` must be at least as long as `ips`.
     #[inline]
     pub fn lookup_bulk(&self, ips: &[u32], out: &mut [u32]) {
-        assert!(out.len() >= ips.len(), "lookup_bulk: output shorter than input");
+        assert!(
+            out.len() >= ips.len(),
+            "lookup_bulk: output shorter than input"
+        );
         // SAFETY: the table is live; ips has ips.len() readable and out at least as many
         // writable u32s.
         unsafe {
-            ferrule_ffi::ferrule_lpm_lookup_bulk(self.0.as_ptr(), ips.as_ptr(), out.as_mut_ptr(), ips.len() as u32)
+            ferrule_ffi::ferrule_lpm_lookup_bulk(
+                self.0.as_ptr(),
+                ips.as_ptr(),
+                out.as_mut_ptr(),
+                ips.len() as u32,
+            )
         };
     }
 }

@@ -88,7 +88,10 @@ mod tests {
         t.set(40_001, 3);
         assert_eq!(t.resident_bytes(), 2 * 4096 + bitmap);
         let mut c = t.clone();
-        assert_eq!((c.get(5), c.get(40_000), c.get(40_001), c.get(6)), (1, 2, 3, 0));
+        assert_eq!(
+            (c.get(5), c.get(40_000), c.get(40_001), c.get(6)),
+            (1, 2, 3, 0)
+        );
         c.set(5, 9);
         assert_eq!(t.get(5), 1);
         assert_eq!(c.resident_bytes(), t.resident_bytes());

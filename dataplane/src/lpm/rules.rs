@@ -143,7 +143,10 @@ impl<K: PrefixBits> RuleSet<K> {
     /// Approximate heap bytes: buckets of every map (key, next hop, control byte).
     pub(crate) fn memory_bytes(&self) -> usize {
         let bucket = std::mem::size_of::<(K, NextHop)>() + 1;
-        self.by_len.iter().map(|m| m.capacity() * bucket).sum::<usize>()
+        self.by_len
+            .iter()
+            .map(|m| m.capacity() * bucket)
+            .sum::<usize>()
             + self.by_len.capacity() * std::mem::size_of::<HashMap<K, NextHop>>()
     }
 }

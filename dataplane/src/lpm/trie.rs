@@ -41,7 +41,11 @@ pub(crate) struct Trie<const ROOT_BITS: u32, const ROOT_ENTRIES: usize> {
 
 impl<const ROOT_BITS: u32, const ROOT_ENTRIES: usize> Trie<ROOT_BITS, ROOT_ENTRIES> {
     pub(crate) fn new(max_len: u8) -> Self {
-        assert_eq!(ROOT_ENTRIES, 1 << ROOT_BITS, "root size must match ROOT_BITS");
+        assert_eq!(
+            ROOT_ENTRIES,
+            1 << ROOT_BITS,
+            "root size must match ROOT_BITS"
+        );
         assert!(ROOT_BITS >= 8 && u32::from(max_len) >= ROOT_BITS);
         assert_eq!((u32::from(max_len) - ROOT_BITS) % 8, 0, "levels are 8 bits");
         assert!(1 + (usize::from(max_len) - ROOT_BITS as usize) / 8 <= MAX_LEVELS);

@@ -161,7 +161,11 @@ impl Lpm4 {
                 Some(short) => {
                     for slot in o.iter_mut() {
                         let e = *slot;
-                        *slot = if e & DEPTH_MASK == 0 { short } else { e & PAYLOAD };
+                        *slot = if e & DEPTH_MASK == 0 {
+                            short
+                        } else {
+                            e & PAYLOAD
+                        };
                     }
                 }
                 None => {
@@ -171,6 +175,11 @@ impl Lpm4 {
                 }
             }
         }
+    }
+
+    #[doc(hidden)]
+    pub fn xp_tables(&self) -> (&[u32], &[u32]) {
+        (&self.trie.root.entries[..], &self.trie.groups)
     }
 
     /// Number of routes.
@@ -240,7 +249,11 @@ mod tests {
         assert_eq!(probe(&t), [6, 3, 5, 3, 1, 1].map(Some));
         assert_eq!(t.remove(a("10.1.2.3"), 32), Some(6));
         assert_eq!(t.remove(a("10.1.2.128"), 25), Some(5));
-        assert_eq!(t.tbl8_groups(), 0, "the group folds when its last /25+ goes");
+        assert_eq!(
+            t.tbl8_groups(),
+            0,
+            "the group folds when its last /25+ goes"
+        );
         assert_eq!(probe(&t), [3, 3, 3, 3, 1, 1].map(Some));
         assert_eq!(t.remove(a("0.0.0.0"), 0), Some(1));
         assert_eq!(probe(&t), [Some(3), Some(3), Some(3), Some(3), None, None]);

@@ -131,8 +131,11 @@ impl Lpm6 {
 
     fn refresh_long_lens(&mut self) {
         self.long_lens.clear();
-        self.long_lens
-            .extend((TRIE_MAX_LEN + 1..=128).rev().filter(|&l| self.rules.has_len(l)));
+        self.long_lens.extend(
+            (TRIE_MAX_LEN + 1..=128)
+                .rev()
+                .filter(|&l| self.rules.has_len(l)),
+        );
     }
 
     /// The next hop of the exact route `prefix/len`.

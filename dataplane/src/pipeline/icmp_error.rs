@@ -67,8 +67,11 @@ pub fn build(
     let orig_l3 = &orig_l3[..parsed.l3_len.min(orig_l3.len())];
     let orig_eth = EthernetFrame::new_checked(original).ok()?;
     let (to_mac, from_mac) = (orig_eth.src_addr(), port.mac);
-    let (ip_hdr, icmp_hdr, max) =
-        if parsed.is_ipv6() { (40, 8, MAX_V6_ERROR) } else { (20, 8, MAX_V4_ERROR) };
+    let (ip_hdr, icmp_hdr, max) = if parsed.is_ipv6() {
+        (40, 8, MAX_V6_ERROR)
+    } else {
+        (20, 8, MAX_V4_ERROR)
+    };
     let quoted = orig_l3.len().min(max - ip_hdr - icmp_hdr);
     let total = 14 + ip_hdr + icmp_hdr + quoted;
     if out.len() < total {
@@ -79,7 +82,11 @@ pub fn build(
         let mut eth = EthernetFrame::new_unchecked(&mut *out);
         eth.set_dst_addr(to_mac);
         eth.set_src_addr(from_mac);
-        eth.set_ethertype(if parsed.is_ipv6() { EtherType::IPV6 } else { EtherType::IPV4 });
+        eth.set_ethertype(if parsed.is_ipv6() {
+            EtherType::IPV6
+        } else {
+            EtherType::IPV4
+        });
     }
     let icmp_off = 14 + ip_hdr;
     out[icmp_off + icmp_hdr..].copy_from_slice(&orig_l3[..quoted]);

@@ -43,11 +43,25 @@ pub fn arp<T: Tracer>(port: &PortState, frame: &mut [u8], t: &mut T) -> Action {
         let mut eth = EthernetFrame::new_unchecked(&mut *frame);
         eth.set_dst_addr(sender_mac);
         eth.set_src_addr(port.mac);
-        trace!(t, Stage::Local, "arp who-has {} tell {}: reply {} is-at {}", target, sender_ip, target, port.mac);
+        trace!(
+            t,
+            Stage::Local,
+            "arp who-has {} tell {}: reply {} is-at {}",
+            target,
+            sender_ip,
+            target,
+            port.mac
+        );
         return Action::Reply;
     }
     if op == ArpOperation::Reply && port.owns_v4(target) {
-        trace!(t, Stage::Local, "arp reply {} is-at {}: learn", sender_ip, sender_mac);
+        trace!(
+            t,
+            Stage::Local,
+            "arp reply {} is-at {}: learn",
+            sender_ip,
+            sender_mac
+        );
         return Action::Punt(Punt::Learn);
     }
     trace!(t, Stage::Local, "arp {:?} for {} is not for us", op, target);
@@ -60,7 +74,10 @@ fn is_local(snap: &Snapshot, port: &PortState, dst: IpAddr) -> bool {
     match dst {
         IpAddr::V4(a) if port.owns_v4(a) => true,
         IpAddr::V6(a) if port.owns_v6(a) => true,
-        _ => matches!(snap.route(port.network, dst), Some((_, NextHopEntry::Local))),
+        _ => matches!(
+            snap.route(port.network, dst),
+            Some((_, NextHopEntry::Local))
+        ),
     }
 }
 
@@ -79,6 +96,16 @@ pub fn input<T: Tracer>(
         // Neighbour discovery arrives on multicast too; handle it before the local check.
         if proto == IpProtocol::ICMPV6 && parsed.l4_offset != 0 {
             let icmp_type = frame.get(parsed.l4_offset).copied().unwrap_or(0);
+            if matches!(icmp_type, ICMPV6_NS | ICMPV6_NA) && parsed.ttl != 255 {
+                // RFC 4861 7.1.1/7.1.2: neighbour discovery from off-link is invalid.
+                trace!(
+                    t,
+                    Stage::Local,
+                    "neighbour discovery with hop limit {} (not 255) dropped",
+                    parsed.ttl
+                );
+                return Some(Action::Drop(DropReason::Malformed));
+            }
             match icmp_type {
                 ICMPV6_NS => return Some(neighbor_solicit(port, parsed, frame, t)),
                 ICMPV6_NA => {
@@ -98,7 +125,12 @@ pub fn input<T: Tracer>(
                 return Some(Action::Drop(DropReason::LocalUnhandled));
             }
             if is_link_local(&a) && !port.owns_v6(a) {
-                trace!(t, Stage::Local, "link-local {} is not ours and not forwarded", a);
+                trace!(
+                    t,
+                    Stage::Local,
+                    "link-local {} is not ours and not forwarded",
+                    a
+                );
                 return Some(Action::Drop(DropReason::NoRoute));
             }
         }
@@ -119,7 +151,13 @@ pub fn input<T: Tracer>(
             return Some(Action::Reply);
         }
     }
-    trace!(t, Stage::Local, "{} to local address {} is not handled", proto, dst);
+    trace!(
+        t,
+        Stage::Local,
+        "{} to local address {} is not handled",
+        proto,
+        dst
+    );
     Some(Action::Drop(DropReason::LocalUnhandled))
 }
 
@@ -175,7 +213,12 @@ fn echo_reply_v6(port: &PortState, parsed: &Parsed, frame: &mut [u8]) {
 
 /// Answers a neighbour solicitation for one of our addresses with a solicited
 /// advertisement carrying our MAC, in place.
-fn neighbor_solicit<T: Tracer>(port: &PortState, parsed: &Parsed, frame: &mut [u8], t: &mut T) -> Action {
+fn neighbor_solicit<T: Tracer>(
+    port: &PortState,
+    parsed: &Parsed,
+    frame: &mut [u8],
+    t: &mut T,
+) -> Action {
     let l4 = parsed.l4_offset;
     // NS: type, code, checksum, reserved (4), target (16), options.
     let Some(target_bytes) = frame.get(l4 + 8..l4 + 24) else {
@@ -189,11 +232,21 @@ fn neighbor_solicit<T: Tracer>(port: &PortState, parsed: &Parsed, frame: &mut [u
         IpAddr::V4(_) => return Action::Drop(DropReason::Malformed),
     };
     if !port.owns_v6(target) {
-        trace!(t, Stage::Local, "neighbour solicitation for {} is not for us", target);
+        trace!(
+            t,
+            Stage::Local,
+            "neighbour solicitation for {} is not for us",
+            target
+        );
         return Action::Drop(DropReason::ArpIgnored);
     }
     if src.is_unspecified() {
-        trace!(t, Stage::Local, "duplicate address detection for {} ignored", target);
+        trace!(
+            t,
+            Stage::Local,
+            "duplicate address detection for {} ignored",
+            target
+        );
         return Action::Drop(DropReason::LocalUnhandled);
     }
     // NA with a target link-layer address option: 24 + 8 bytes of ICMPv6.
@@ -225,7 +278,14 @@ fn neighbor_solicit<T: Tracer>(port: &PortState, parsed: &Parsed, frame: &mut [u
     let csum = !checksum::combine(&[sum, checksum::data(na)]);
     na[2..4].copy_from_slice(&csum.to_be_bytes());
     // Anything after the NA (the solicitation's longer options) is now padding.
-    trace!(t, Stage::Local, "neighbour solicitation for {} from {}: advertise {}", target, src, port.mac);
+    trace!(
+        t,
+        Stage::Local,
+        "neighbour solicitation for {} from {}: advertise {}",
+        target,
+        src,
+        port.mac
+    );
     Action::Reply
 }
 
@@ -280,7 +340,12 @@ pub fn solicited_node(a: &Ipv6Addr) -> Ipv6Addr {
 
 /// Builds a neighbour solicitation for `target` from `src` on `port` into `out` (at
 /// least 86 bytes), to the target's solicited-node group; returns the frame length.
-pub fn build_neighbor_solicit(port: &PortState, src: Ipv6Addr, target: Ipv6Addr, out: &mut [u8]) -> Option<usize> {
+pub fn build_neighbor_solicit(
+    port: &PortState,
+    src: Ipv6Addr,
+    target: Ipv6Addr,
+    out: &mut [u8],
+) -> Option<usize> {
     const ICMP_LEN: usize = 32; // NS (24) + source link-layer address option (8)
     const LEN: usize = 14 + 40 + ICMP_LEN;
     let out = out.get_mut(..LEN)?;
@@ -321,8 +386,12 @@ pub fn learned(frame: &[u8]) -> Option<(IpAddr, EthernetAddress)> {
     match eth.ethertype() {
         crate::wire::EtherType::ARP => {
             let arp = ArpPacket::new_checked(&frame[14..]).ok()?;
-            (arp.is_ethernet_ipv4() && arp.operation() == ArpOperation::Reply)
-                .then(|| (IpAddr::V4(arp.source_protocol_addr()), arp.source_hardware_addr()))
+            (arp.is_ethernet_ipv4() && arp.operation() == ArpOperation::Reply).then(|| {
+                (
+                    IpAddr::V4(arp.source_protocol_addr()),
+                    arp.source_hardware_addr(),
+                )
+            })
         }
         crate::wire::EtherType::IPV6 => {
             let ip = Ipv6Packet::new_checked(&frame[14..]).ok()?;
@@ -335,7 +404,12 @@ pub fn learned(frame: &[u8]) -> Option<(IpAddr, EthernetAddress)> {
             if icmp.first() != Some(&ICMPV6_NA) || icmp.len() < 24 {
                 return None;
             }
-            let sum = checksum::pseudo_header_v6(ip.src_addr(), ip.dst_addr(), IpProtocol::ICMPV6, icmp.len() as u32);
+            let sum = checksum::pseudo_header_v6(
+                ip.src_addr(),
+                ip.dst_addr(),
+                IpProtocol::ICMPV6,
+                icmp.len() as u32,
+            );
             if checksum::combine(&[sum, checksum::data(icmp)]) != 0xffff {
                 return None;
             }

@@ -49,7 +49,10 @@ pub enum Action {
     /// Rewritten in place into a reply; send back out of the input port.
     Reply,
     /// Drop it for `reason` and send this ICMP error to its source.
-    IcmpError { kind: IcmpErrorKind, reason: DropReason },
+    IcmpError {
+        kind: IcmpErrorKind,
+        reason: DropReason,
+    },
     /// Hand it to the control thread.
     Punt(Punt),
     /// Drop it.
@@ -247,7 +250,11 @@ pub fn process_burst<F: Frames + ?Sized, T: Tracer>(
     // Stage 3: next hop, MTU, neighbour, rewrite.
     for k in 0..n4 {
         let i = usize::from(s.pending4[k]);
-        let nh = if net.is_some() { s.nh4[k] } else { lpm::NO_ROUTE };
+        let nh = if net.is_some() {
+            s.nh4[k]
+        } else {
+            lpm::NO_ROUTE
+        };
         actions[i] = back(snap, port, &s.parsed[i], nh, frames.frame_mut(i), t);
     }
     for k in 0..n6 {
@@ -270,11 +277,22 @@ fn v4_octets(mapped: &[u8; 16]) -> [u8; 4] {
 /// Parse, l2, local and ttl: `Ok(parsed)` when the packet goes on to routing, else the
 /// action that ends its path here.
 #[inline(always)]
-fn front<T: Tracer>(snap: &Snapshot, port: &PortState, frame: &mut [u8], t: &mut T) -> Result<Parsed, Action> {
+fn front<T: Tracer>(
+    snap: &Snapshot,
+    port: &PortState,
+    frame: &mut [u8],
+    t: &mut T,
+) -> Result<Parsed, Action> {
     let parsed = match parse::parse(frame, port.network) {
         Ok(p) => p,
         Err(reason) => {
-            trace!(t, Stage::Parse, "{} byte frame: {}", frame.len(), reason.name());
+            trace!(
+                t,
+                Stage::Parse,
+                "{} byte frame: {}",
+                frame.len(),
+                reason.name()
+            );
             return Err(Action::Drop(reason));
         }
     };
@@ -286,7 +304,14 @@ fn front<T: Tracer>(snap: &Snapshot, port: &PortState, frame: &mut [u8], t: &mut
         || (dst_mac.is_broadcast() && parsed.is_arp())
         || (dst_mac.is_multicast() && parsed.is_ipv6());
     if !l2_ok {
-        trace!(t, Stage::L2, "destination {} is not {} of port {}", dst_mac, port.mac, port.name);
+        trace!(
+            t,
+            Stage::L2,
+            "destination {} is not {} of port {}",
+            dst_mac,
+            port.mac,
+            port.name
+        );
         return Err(Action::Drop(DropReason::DstMacMismatch));
     }
     trace!(
@@ -305,8 +330,17 @@ fn front<T: Tracer>(snap: &Snapshot, port: &PortState, frame: &mut [u8], t: &mut
         return Err(action);
     }
     if parsed.ttl <= 1 {
-        trace!(t, Stage::Ttl, "ttl {} expires here: ICMP time exceeded to {}", parsed.ttl, parsed.key.src_ip());
-        return Err(Action::IcmpError { kind: IcmpErrorKind::TimeExceeded, reason: DropReason::TtlExceeded });
+        trace!(
+            t,
+            Stage::Ttl,
+            "ttl {} expires here: ICMP time exceeded to {}",
+            parsed.ttl,
+            parsed.key.src_ip()
+        );
+        return Err(Action::IcmpError {
+            kind: IcmpErrorKind::TimeExceeded,
+            reason: DropReason::TtlExceeded,
+        });
     }
     trace!(t, Stage::Ttl, "ttl {} -> {}", parsed.ttl, parsed.ttl - 1);
     Ok(parsed)
@@ -324,13 +358,25 @@ fn back<T: Tracer>(
 ) -> Action {
     let dst = parsed.key.dst_ip();
     let Some(entry) = (nh != lpm::NO_ROUTE).then(|| snap.next_hop(nh)).flatten() else {
-        trace!(t, Stage::Route, "no route to {} in network {}", dst, net_name(snap, port.network));
+        trace!(
+            t,
+            Stage::Route,
+            "no route to {} in network {}",
+            dst,
+            net_name(snap, port.network)
+        );
         return Action::Drop(DropReason::NoRoute);
     };
     let (out, via) = match *entry {
         NextHopEntry::Port { port, via } => (port, via),
         NextHopEntry::Blackhole => {
-            trace!(t, Stage::Route, "{} matches a blackhole route (next hop {})", dst, nh);
+            trace!(
+                t,
+                Stage::Route,
+                "{} matches a blackhole route (next hop {})",
+                dst,
+                nh
+            );
             return Action::Drop(DropReason::Blackhole);
         }
         NextHopEntry::Local => {
@@ -349,24 +395,58 @@ fn back<T: Tracer>(
         dst,
         net_name(snap, port.network),
         out_port.name,
-        via.map(|v| format!(" via {v}")).unwrap_or_else(|| " (on-link)".into())
+        via.map(|v| format!(" via {v}"))
+            .unwrap_or_else(|| " (on-link)".into())
     );
 
     // mtu
     if parsed.l3_len > usize::from(out_port.mtu) {
         let mtu = out_port.mtu;
         if parsed.is_ipv6() {
-            trace!(t, Stage::Mtu, "{} bytes > mtu {} of {}: packet too big", parsed.l3_len, mtu, out_port.name);
-            return Action::IcmpError { kind: IcmpErrorKind::PacketTooBig { mtu }, reason: DropReason::MtuExceeded };
+            trace!(
+                t,
+                Stage::Mtu,
+                "{} bytes > mtu {} of {}: packet too big",
+                parsed.l3_len,
+                mtu,
+                out_port.name
+            );
+            return Action::IcmpError {
+                kind: IcmpErrorKind::PacketTooBig { mtu },
+                reason: DropReason::MtuExceeded,
+            };
         }
         if parsed.dont_frag {
-            trace!(t, Stage::Mtu, "{} bytes > mtu {} of {} with DF: fragmentation needed", parsed.l3_len, mtu, out_port.name);
-            return Action::IcmpError { kind: IcmpErrorKind::FragNeeded { mtu }, reason: DropReason::MtuExceeded };
+            trace!(
+                t,
+                Stage::Mtu,
+                "{} bytes > mtu {} of {} with DF: fragmentation needed",
+                parsed.l3_len,
+                mtu,
+                out_port.name
+            );
+            return Action::IcmpError {
+                kind: IcmpErrorKind::FragNeeded { mtu },
+                reason: DropReason::MtuExceeded,
+            };
         }
-        trace!(t, Stage::Mtu, "{} bytes > mtu {} of {} (no fragmentation)", parsed.l3_len, mtu, out_port.name);
+        trace!(
+            t,
+            Stage::Mtu,
+            "{} bytes > mtu {} of {} (no fragmentation)",
+            parsed.l3_len,
+            mtu,
+            out_port.name
+        );
         return Action::Drop(DropReason::MtuExceeded);
     }
-    trace!(t, Stage::Mtu, "{} bytes fit mtu {}", parsed.l3_len, out_port.mtu);
+    trace!(
+        t,
+        Stage::Mtu,
+        "{} bytes fit mtu {}",
+        parsed.l3_len,
+        out_port.mtu
+    );
 
     // neighbour
     let next_mac: EthernetAddress = match (out_port.role, via) {
@@ -376,7 +456,12 @@ fn back<T: Tracer>(
                 mac
             }
             None => {
-                trace!(t, Stage::Neighbor, "pod port {} has no pod MAC", out_port.name);
+                trace!(
+                    t,
+                    Stage::Neighbor,
+                    "pod port {} has no pod MAC",
+                    out_port.name
+                );
                 return Action::Drop(DropReason::NoNeighbour);
             }
         },
@@ -388,8 +473,18 @@ fn back<T: Tracer>(
                     n.mac
                 }
                 None => {
-                    trace!(t, Stage::Neighbor, "{} unresolved on {}: held while it is resolved", target, out_port.name);
-                    return Action::Punt(Punt::Resolve { network: port.network, ip: target, port: out });
+                    trace!(
+                        t,
+                        Stage::Neighbor,
+                        "{} unresolved on {}: held while it is resolved",
+                        target,
+                        out_port.name
+                    );
+                    return Action::Punt(Punt::Resolve {
+                        network: port.network,
+                        ip: target,
+                        port: out,
+                    });
                 }
             }
         }
@@ -397,7 +492,14 @@ fn back<T: Tracer>(
 
     // rewrite
     rewrite(frame, parsed, out_port.mac, next_mac);
-    trace!(t, Stage::Rewrite, "src mac {}, dst mac {}, ttl {}", out_port.mac, next_mac, parsed.ttl - 1);
+    trace!(
+        t,
+        Stage::Rewrite,
+        "src mac {}, dst mac {}, ttl {}",
+        out_port.mac,
+        next_mac,
+        parsed.ttl - 1
+    );
     Action::Forward { port: out }
 }
 
@@ -418,5 +520,8 @@ pub fn rewrite(frame: &mut [u8], parsed: &Parsed, src: EthernetAddress, dst: Eth
 }
 
 fn net_name(snap: &Snapshot, network: u16) -> &str {
-    snap.networks.get(usize::from(network)).map(|n| n.name.as_str()).unwrap_or("?")
+    snap.networks
+        .get(usize::from(network))
+        .map(|n| n.name.as_str())
+        .unwrap_or("?")
 }

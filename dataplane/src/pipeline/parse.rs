@@ -5,8 +5,8 @@
 use crate::counters::DropReason;
 use crate::flow::{Family, FlowKey};
 use crate::wire::{
-    self, ethernet, EtherType, EthernetFrame, Icmpv4Message, Icmpv4Packet, Icmpv6Message, Icmpv6Packet, IpProtocol, Ipv4Packet,
-    Ipv6Packet, SctpPacket, TcpPacket, UdpPacket,
+    self, ethernet, EtherType, EthernetFrame, Icmpv4Message, Icmpv4Packet, Icmpv6Message,
+    Icmpv6Packet, IpProtocol, Ipv4Packet, Ipv6Packet, SctpPacket, TcpPacket, UdpPacket,
 };
 use std::fmt;
 
@@ -150,7 +150,10 @@ pub fn parse(frame: &[u8], network: u16) -> Result<Parsed, DropReason> {
         ttl: 0,
         dont_frag: false,
         later_fragment: false,
-        key: FlowKey { network, ..FlowKey::default() },
+        key: FlowKey {
+            network,
+            ..FlowKey::default()
+        },
     };
     let l3 = &frame[l3_offset..];
     match ethertype {
@@ -191,7 +194,14 @@ pub fn parse(frame: &[u8], network: u16) -> Result<Parsed, DropReason> {
                 let l4 = l3.get(tr.offset..end).ok_or(DropReason::Malformed)?;
                 l4_ports(tr.protocol, l4, true)?
             };
-            p.key = FlowKey::v6(network, tr.protocol.0, ip.src_addr(), ip.dst_addr(), sport, dport);
+            p.key = FlowKey::v6(
+                network,
+                tr.protocol.0,
+                ip.src_addr(),
+                ip.dst_addr(),
+                sport,
+                dport,
+            );
             Ok(p)
         }
         t if t.is_vlan() => Err(DropReason::VlanTagged),

@@ -2,7 +2,9 @@
 //! header and a TCP, UDP, SCTP, ICMP or ICMPv6 header, valid checksums, built from a
 //! few fields. Control thread only (it allocates).
 
-use crate::wire::{checksum, EtherType, EthernetAddress, EthernetFrame, IpProtocol, Ipv4Packet, Ipv6Packet};
+use crate::wire::{
+    checksum, EtherType, EthernetAddress, EthernetFrame, IpProtocol, Ipv4Packet, Ipv6Packet,
+};
 use std::net::IpAddr;
 
 /// What to build.
@@ -102,7 +104,11 @@ pub fn build(s: &SynthSpec) -> Result<Vec<u8>, SynthError> {
             ip.set_src_addr(src);
             ip.set_dst_addr(dst);
             ip.fill_checksum();
-            fill_l4_checksum(&mut f[l4_off..], s.proto, checksum::pseudo_header_v4(src, dst, s.proto, l4_total));
+            fill_l4_checksum(
+                &mut f[l4_off..],
+                s.proto,
+                checksum::pseudo_header_v4(src, dst, s.proto, l4_total),
+            );
         }
         (IpAddr::V6(src), IpAddr::V6(dst)) => {
             let mut ip = Ipv6Packet::new_unchecked(&mut f[14..14 + ip_hdr]);
@@ -112,7 +118,11 @@ pub fn build(s: &SynthSpec) -> Result<Vec<u8>, SynthError> {
             ip.set_hop_limit(s.ttl);
             ip.set_src_addr(src);
             ip.set_dst_addr(dst);
-            fill_l4_checksum(&mut f[l4_off..], s.proto, checksum::pseudo_header_v6(src, dst, s.proto, l4_total));
+            fill_l4_checksum(
+                &mut f[l4_off..],
+                s.proto,
+                checksum::pseudo_header_v6(src, dst, s.proto, l4_total),
+            );
         }
         _ => return Err(SynthError::MixedFamilies),
     }

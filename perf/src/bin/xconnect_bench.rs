@@ -71,10 +71,19 @@ impl Drop for Guard {
 }
 
 fn eal_common(prefix: &str, no_huge: bool) -> Vec<String> {
-    let mut a: Vec<String> = ["-l", "0,1", "--main-lcore", "0", "-m", "256", "--no-pci", "--no-telemetry"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let mut a: Vec<String> = [
+        "-l",
+        "0,1",
+        "--main-lcore",
+        "0",
+        "-m",
+        "256",
+        "--no-pci",
+        "--no-telemetry",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     a.push("--file-prefix".into());
     a.push(prefix.into());
     // The EAL refuses --in-memory without hugepages; --no-shconf keeps files away then.
