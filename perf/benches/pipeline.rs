@@ -6,7 +6,7 @@
 //!
 //! `cargo bench -p ferrule-perf --bench pipeline -- --warm-up-time 1 --measurement-time 3`
 
-use criterion::{black_box, BatchSize, Criterion, Throughput};
+use criterion::{black_box, Criterion, Throughput};
 use ferrule_dataplane::dpdk::rte_lpm::{RteLpm, LOOKUP_SUCCESS};
 use ferrule_dataplane::dpdk::Eal;
 use ferrule_dataplane::lpm::{Lpm4, Lpm6};
@@ -25,6 +25,8 @@ const NEXT_HOPS: u32 = 64;
 const BURST: usize = 32;
 /// Frames cycled through: far more destinations than the caches hold.
 const FRAMES: usize = 1 << 16;
+/// Frames in the arena the timed loop cycles through (512 KiB of packet data).
+const ARENA: usize = 8192;
 const SEED: u64 = 0x5eed_f10e;
 const IN_MAC: [u8; 6] = [2, 0xfe, 0, 0, 0, 1];
 const OUT_MAC: [u8; 6] = [2, 0xfe, 0, 0, 0, 2];
@@ -37,7 +39,7 @@ fn neighbor_mac(k: u32) -> [u8; 6] {
     [2, 0, 0, 0, 0xff, k as u8]
 }
 
-/// 64-byte IPv4/UDP frame (14 + 20 + 8 + 22) to `dst`, TTL 64, checksums valid.
+/// 64-byte IPv4/UDP frame (14 + 20 + 8 + 22) to `dst`, TTL 255, checksums valid.
 fn frame(dst: u32) -> Vec<u8> {
     let mut f = vec![0u8; 64];
     f[0..6].copy_from_slice(&IN_MAC);
@@ -109,20 +111,22 @@ fn snapshot(routes: &[(u32, u8, u32)]) -> Snapshot {
 }
 
 /// The l3fwd-style baseline: returns the number of frames forwarded.
-fn l3fwd(lpm: &RteLpm, frames: &mut [Vec<u8>], macs: &[[u8; 6]]) -> usize {
+fn l3fwd<F: pipeline::Frames + ?Sized>(lpm: &RteLpm, frames: &mut F, macs: &[[u8; 6]]) -> usize {
     let mut ips = [0u32; BURST];
     let mut hops = [0u32; BURST];
     let mut ok = [false; BURST];
-    for (i, f) in frames.iter().enumerate() {
+    let n = frames.count().min(BURST);
+    for i in 0..n {
+        let f = frames.frame(i);
         ok[i] = f.len() >= 34 && f[12..14] == [0x08, 0x00] && f[14] == 0x45;
         if ok[i] {
             ips[i] = u32::from_be_bytes([f[30], f[31], f[32], f[33]]);
         }
     }
-    let n = frames.len();
     lpm.lookup_bulk(&ips[..n], &mut hops[..n]);
     let mut sent = 0;
-    for (i, f) in frames.iter_mut().enumerate() {
+    for i in 0..n {
+        let f = frames.frame_mut(i);
         if !ok[i] || hops[i] & LOOKUP_SUCCESS == 0 || f[22] <= 1 {
             continue;
         }
@@ -141,12 +145,17 @@ fn l3fwd(lpm: &RteLpm, frames: &mut [Vec<u8>], macs: &[[u8; 6]]) -> usize {
 
 fn bench(c: &mut Criterion) {
     let mut rng = StdRng::seed_from_u64(SEED);
-    let routes = v4_routes(&mut rng, ROUTES);
+    // FERRULE_BENCH_ROUTES overrides the table size (to separate memory from compute).
+    let n_routes = std::env::var("FERRULE_BENCH_ROUTES").ok().and_then(|v| v.parse().ok()).unwrap_or(ROUTES);
+    let routes = v4_routes(&mut rng, n_routes);
     let addrs = v4_addrs(&mut rng, &routes, FRAMES, 1.0);
     let frames: Vec<Vec<u8>> = addrs.iter().map(|&a| frame(a)).collect();
     let snap = snapshot(&routes);
+    // FERRULE_BENCH_NO_BASELINE=1 skips building rte_lpm (slow to fill: ~1 minute for
+    // 1M routes) when profiling Ferrule's side alone.
+    let baseline = std::env::var_os("FERRULE_BENCH_NO_BASELINE").is_none();
     let mut rte = RteLpm::new("ferrule_bench_pipe", 1 << 21, 1 << 16).expect("rte_lpm_create");
-    for &(p, len, i) in &routes {
+    for &(p, len, i) in routes.iter().filter(|_| baseline) {
         rte.add(p, len, i % NEXT_HOPS).expect("rte_lpm_add");
     }
     let macs: Vec<[u8; 6]> = (0..NEXT_HOPS).map(neighbor_mac).collect();
@@ -154,7 +163,7 @@ fn bench(c: &mut Criterion) {
     // Both paths agree on every frame before anything is timed.
     let mut scratch = Box::<Scratch>::default();
     let mut actions = [Action::Drop(ferrule_dataplane::counters::DropReason::Malformed); BURST];
-    for chunk in frames.chunks(BURST) {
+    for chunk in frames.chunks(BURST).filter(|_| baseline) {
         let (mut a, mut b) = (chunk.to_vec(), chunk.to_vec());
         pipeline::process_burst(
             &snap,
@@ -164,7 +173,7 @@ fn bench(c: &mut Criterion) {
             &mut scratch,
             &mut NoTrace,
         );
-        let sent = l3fwd(&rte, &mut b, &macs);
+        let sent = l3fwd(&rte, b.as_mut_slice(), &macs);
         assert_eq!(sent, chunk.len(), "every frame hits a route");
         assert!(
             actions[..chunk.len()]
@@ -177,37 +186,67 @@ fn bench(c: &mut Criterion) {
 
     let mut g = c.benchmark_group("forward_64B_ipv4_1M_routes");
     g.throughput(Throughput::Elements(BURST as u64));
-    let mut k = 0usize;
-    let mut next_burst = move || {
-        k = (k + BURST) % FRAMES;
-        frames[k..k + BURST].to_vec()
+    // Frames live in one contiguous arena (like mbufs in a pool) and are processed in
+    // place, burst after burst; every pass decrements their TTL, so the arena is
+    // restored from the pristine copy (untimed) before TTLs run low.
+    let pristine: Vec<[u8; 64]> = frames[..ARENA].iter().map(|f| f[..64].try_into().expect("64 B")).collect();
+    let mut arena = pristine.clone();
+    let mut passes = 0u32;
+    let mut pos = 0usize;
+    let mut run = |iters: u64, f: &mut dyn FnMut(&mut [[u8; 64]])| {
+        let mut total = std::time::Duration::ZERO;
+        let mut left = iters as usize;
+        while left > 0 {
+            if pos == 0 {
+                passes += 1;
+                if passes % 200 == 0 {
+                    arena.copy_from_slice(&pristine);
+                }
+            }
+            let bursts = left.min((ARENA - pos) / BURST);
+            let start = std::time::Instant::now();
+            for b in 0..bursts {
+                let at = pos + b * BURST;
+                f(&mut arena[at..at + BURST]);
+            }
+            total += start.elapsed();
+            left -= bursts;
+            pos = (pos + bursts * BURST) % ARENA;
+        }
+        total
     };
-    let mut scratch = Box::<Scratch>::default();
     g.bench_function("ferrule_pipeline_burst32", |b| {
-        b.iter_batched_ref(
-            &mut next_burst,
-            |burst| {
-                pipeline::process_burst(
-                    &snap,
-                    0,
-                    burst.as_mut_slice(),
-                    &mut actions,
-                    &mut scratch,
-                    &mut NoTrace,
-                );
+        b.iter_custom(|iters| {
+            run(iters, &mut |burst| {
+                let mut slots = Slots(burst);
+                pipeline::process_burst(&snap, 0, &mut slots, &mut actions, &mut scratch, &mut NoTrace);
                 black_box(&actions);
-            },
-            BatchSize::SmallInput,
-        )
+            })
+        })
     });
-    g.bench_function("l3fwd_rte_lpm_burst32", |b| {
-        b.iter_batched_ref(
-            &mut next_burst,
-            |burst| black_box(l3fwd(&rte, burst, &macs)),
-            BatchSize::SmallInput,
-        )
-    });
+    if baseline {
+        g.bench_function("l3fwd_rte_lpm_burst32", |b| {
+            b.iter_custom(|iters| run(iters, &mut |burst| {
+                black_box(l3fwd(&rte, &mut Slots(burst), &macs));
+            }))
+        });
+    }
     g.finish();
+}
+
+/// A burst of 64-byte frames in the arena, as the pipeline sees frames.
+struct Slots<'a>(&'a mut [[u8; 64]]);
+
+impl pipeline::Frames for Slots<'_> {
+    fn count(&self) -> usize {
+        self.0.len()
+    }
+    fn frame(&self, i: usize) -> &[u8] {
+        &self.0[i]
+    }
+    fn frame_mut(&mut self, i: usize) -> &mut [u8] {
+        &mut self.0[i]
+    }
 }
 
 fn main() {

@@ -1,5 +1,5 @@
 //! Longest-prefix-match route tables for per-VRF routing: [`Lpm4`] (DIR-24-8) and
-//! [`Lpm6`] (16-bit root, 8-bit strides to /64, exact-match tables beyond).
+//! [`Lpm6`] (24-bit root, 8-bit strides to /64, exact-match tables beyond).
 //!
 //! Both are built by the control thread and read by the workers: a table is `Clone`,
 //! `Send` and `Sync`, so the control thread clones the current table, applies a change

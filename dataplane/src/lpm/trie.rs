@@ -48,7 +48,7 @@ impl<const ROOT_BITS: u32, const ROOT_ENTRIES: usize> Trie<ROOT_BITS, ROOT_ENTRI
         );
         assert!(ROOT_BITS >= 8 && u32::from(max_len) >= ROOT_BITS);
         assert_eq!((u32::from(max_len) - ROOT_BITS) % 8, 0, "levels are 8 bits");
-        assert!(1 + (usize::from(max_len) - ROOT_BITS as usize) / 8 <= MAX_LEVELS);
+        assert!((usize::from(max_len) - ROOT_BITS as usize) / 8 < MAX_LEVELS);
         Trie {
             root: LazyTable::new(),
             groups: Vec::new(),
@@ -254,8 +254,9 @@ impl<const ROOT_BITS: u32, const ROOT_ENTRIES: usize> Trie<ROOT_BITS, ROOT_ENTRI
         }
     }
 
-    /// Bytes the trie occupies: written root pages plus all groups.
+    /// Bytes the trie occupies: written root pages plus all groups. (The group vector's
+    /// spare capacity is left out: it is never written, so never backed by memory.)
     pub(crate) fn memory_bytes(&self) -> usize {
-        self.root.resident_bytes() + self.groups.capacity() * 4 + self.free.capacity() * 4
+        self.root.resident_bytes() + self.groups.len() * 4 + self.free.capacity() * 4
     }
 }

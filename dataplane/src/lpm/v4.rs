@@ -177,11 +177,6 @@ impl Lpm4 {
         }
     }
 
-    #[doc(hidden)]
-    pub fn xp_tables(&self) -> (&[u32], &[u32]) {
-        (&self.trie.root.entries[..], &self.trie.groups)
-    }
-
     /// Number of routes.
     pub fn len(&self) -> usize {
         self.rules.len()

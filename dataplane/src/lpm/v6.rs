@@ -1,9 +1,11 @@
 //! [`Lpm6`]: the IPv6 route table of a VRF.
 //!
-//! Routes up to /64 live in a multibit trie: a root indexed by the top 16 address bits
-//! (256 KiB of address space, backed only where written) and 256-entry groups for each
-//! further byte down to bit 64, leaf-pushed like [`Lpm4`](super::Lpm4) — a /48 costs
-//! at most 5 dependent reads, a /64 at most 7, and most misses stop at the root.
+//! Routes up to /64 live in a multibit trie: a root indexed by the top 24 address bits
+//! (64 MiB of address space, backed only where written: a 4 KiB page per 1024 /24s) and
+//! 256-entry groups for each further byte down to bit 64, leaf-pushed like
+//! [`Lpm4`](super::Lpm4) — a /48 costs at most 4 dependent reads, a /64 at most 6, and
+//! most misses stop at the root. (A 16-bit root costs one more level on every path; in
+//! A/B runs on a noisy machine it measured up to ~15% slower.)
 //! Routes longer than /64 (in practice /128 pod routes) live in exact-match hash tables,
 //! one per length present. The trie entry of every /64 that holds such routes carries a
 //! flag, so only addresses inside those /64s probe the hash tables (longest first);
@@ -19,17 +21,21 @@ use std::collections::HashMap;
 use std::fmt;
 use std::net::Ipv6Addr;
 
+/// Address bits the root table is indexed by.
+const ROOT_BITS: u32 = 24;
+/// Shift that leaves the root index of an address.
+const ROOT_SHIFT: u32 = 128 - ROOT_BITS;
 /// Routes longer than this live in the exact-match tables.
 const TRIE_MAX_LEN: u8 = 64;
 /// Lookups resolved per pass of [`Lpm6::lookup_batch`].
-const BATCH_LANES: usize = 32;
+const BATCH_LANES: usize = 64;
 
 /// An IPv6 longest-prefix-match table.
 ///
 /// Cloning copies the written parts only; the clone is independent of its source.
 #[derive(Clone)]
 pub struct Lpm6 {
-    trie: Trie<16, { 1 << 16 }>,
+    trie: Trie<ROOT_BITS, { 1 << ROOT_BITS }>,
     short: ShortTable,
     rules: RuleSet<u128>,
     /// Lengths > /64 that have routes, longest first.
@@ -158,8 +164,8 @@ impl Lpm6 {
     /// The next hop of the longest route covering `addr`, [`NO_ROUTE`] if none does.
     #[inline]
     pub fn lookup_u128(&self, addr: u128) -> u32 {
-        let mut e = self.trie.root.entries[(addr >> 112) as usize];
-        let mut shift = 104;
+        let mut e = self.trie.root.entries[(addr >> ROOT_SHIFT) as usize];
+        let mut shift = ROOT_SHIFT - 8;
         while is_ext(e) {
             e = self.group_entry(e, addr, shift);
             shift -= 8;
@@ -197,7 +203,7 @@ impl Lpm6 {
     }
 
     /// Looks up every address of `addrs` into `out[i]`, [`NO_ROUTE`] for a miss. The
-    /// trie is walked level by level across up to 32 addresses, so the reads of one
+    /// trie is walked level by level across up to 64 addresses, so the reads of one
     /// level are independent of each other and overlap their cache misses.
     ///
     /// # Panics
@@ -208,11 +214,11 @@ impl Lpm6 {
         for (a, o) in addrs.chunks(BATCH_LANES).zip(out.chunks_mut(BATCH_LANES)) {
             let mut pending = false;
             for (&addr, slot) in a.iter().zip(o.iter_mut()) {
-                let e = root[(addr >> 112) as usize];
+                let e = root[(addr >> ROOT_SHIFT) as usize];
                 pending |= is_ext(e);
                 *slot = e;
             }
-            let mut shift = 104;
+            let mut shift = ROOT_SHIFT - 8;
             while pending {
                 pending = false;
                 for (&addr, slot) in a.iter().zip(o.iter_mut()) {
@@ -329,7 +335,7 @@ mod tests {
                 assert_eq!(t.lookup(host(255)), Some(355));
             }
         }
-        assert_eq!(t.groups(), 4, "only the /48's path is left: bits 16..48");
+        assert_eq!(t.groups(), 3, "only the /48's path is left: bits 24..48");
         t.remove(a("2001:db8::"), 48).unwrap();
         assert_eq!(t.groups(), 0);
     }

@@ -4,7 +4,7 @@
 
 use super::{trace, Action, Parsed, Punt, Stage, Tracer};
 use crate::counters::DropReason;
-use crate::snapshot::{NextHopEntry, PortRole, PortState, Snapshot};
+use crate::snapshot::{PortRole, PortState};
 use crate::wire::{
     checksum, ArpOperation, ArpPacket, EthernetAddress, EthernetFrame, IpProtocol, Ipv4Packet,
     Ipv6Packet,
@@ -68,23 +68,9 @@ pub fn arp<T: Tracer>(port: &PortState, frame: &mut [u8], t: &mut T) -> Action {
     Action::Drop(DropReason::ArpIgnored)
 }
 
-/// Whether `dst` is one of Ferrule's addresses as seen from `port`: owned on the port
-/// itself, or routed to a `Local` next hop in the port's network.
-fn is_local(snap: &Snapshot, port: &PortState, dst: IpAddr) -> bool {
-    match dst {
-        IpAddr::V4(a) if port.owns_v4(a) => true,
-        IpAddr::V6(a) if port.owns_v6(a) => true,
-        _ => matches!(
-            snap.route(port.network, dst),
-            Some((_, NextHopEntry::Local))
-        ),
-    }
-}
-
 /// Packets for Ferrule itself: `Some(action)` when the packet is consumed here,
 /// `None` when it should be forwarded.
 pub fn input<T: Tracer>(
-    snap: &Snapshot,
     port: &PortState,
     parsed: &Parsed,
     frame: &mut [u8],
@@ -135,20 +121,31 @@ pub fn input<T: Tracer>(
             }
         }
     }
-    if !is_local(snap, port, dst) {
-        return None;
-    }
+    let owned = match dst {
+        IpAddr::V4(a) => port.owns_v4(a),
+        IpAddr::V6(a) => port.owns_v6(a),
+    };
+    // Addresses owned on other ports are found by the route lookup (a `Local` next
+    // hop), which then calls `answer`.
+    owned.then(|| answer(port, parsed, frame, t))
+}
+
+/// A packet to one of Ferrule's addresses: echo requests are answered in place, the
+/// rest is dropped.
+pub fn answer<T: Tracer>(port: &PortState, parsed: &Parsed, frame: &mut [u8], t: &mut T) -> Action {
+    let dst = parsed.key.dst_ip();
+    let proto = IpProtocol(parsed.key.proto);
     if parsed.l4_offset != 0 {
         let icmp_type = frame.get(parsed.l4_offset).copied().unwrap_or(0);
         if proto == IpProtocol::ICMP && icmp_type == ICMP_ECHO_REQUEST {
             echo_reply_v4(port, parsed, frame);
             trace!(t, Stage::Local, "echo request to {}: echo reply", dst);
-            return Some(Action::Reply);
+            return Action::Reply;
         }
         if proto == IpProtocol::ICMPV6 && icmp_type == ICMPV6_ECHO_REQUEST {
             echo_reply_v6(port, parsed, frame);
             trace!(t, Stage::Local, "echo request to {}: echo reply", dst);
-            return Some(Action::Reply);
+            return Action::Reply;
         }
     }
     trace!(
@@ -158,7 +155,7 @@ pub fn input<T: Tracer>(
         proto,
         dst
     );
-    Some(Action::Drop(DropReason::LocalUnhandled))
+    Action::Drop(DropReason::LocalUnhandled)
 }
 
 fn is_link_local(a: &Ipv6Addr) -> bool {

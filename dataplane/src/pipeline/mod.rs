@@ -225,7 +225,7 @@ pub fn process_burst<F: Frames + ?Sized, T: Tracer>(
     for i in 0..PREFETCH_AHEAD.min(n) {
         frames.prefetch(i);
     }
-    for i in 0..n {
+    for (i, action) in actions.iter_mut().enumerate().take(n) {
         frames.prefetch(i + PREFETCH_AHEAD);
         match front(snap, port, frames.frame_mut(i), t) {
             Ok(parsed) => {
@@ -239,7 +239,7 @@ pub fn process_burst<F: Frames + ?Sized, T: Tracer>(
                     n4 += 1;
                 }
             }
-            Err(action) => actions[i] = action,
+            Err(a) => *action = a,
         }
     }
     // Stage 2: route lookups, IPv4 batched (prefetching the table).
@@ -326,7 +326,7 @@ fn front<T: Tracer>(
     if parsed.is_arp() {
         return Err(local::arp(port, frame, t));
     }
-    if let Some(action) = local::input(snap, port, &parsed, frame, t) {
+    if let Some(action) = local::input(port, &parsed, frame, t) {
         return Err(action);
     }
     if parsed.ttl <= 1 {
@@ -380,9 +380,9 @@ fn back<T: Tracer>(
             return Action::Drop(DropReason::Blackhole);
         }
         NextHopEntry::Local => {
-            // A local address of another port: only echo is answered (done in `input`).
-            trace!(t, Stage::Route, "{} is local but not handled", dst);
-            return Action::Drop(DropReason::LocalUnhandled);
+            // An address Ferrule owns on another port (a node IP seen from a pod).
+            trace!(t, Stage::Route, "{} is one of Ferrule's addresses", dst);
+            return local::answer(port, parsed, frame, t);
         }
     };
     let Some(out_port) = snap.ports.get(usize::from(out)) else {

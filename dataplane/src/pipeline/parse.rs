@@ -101,6 +101,7 @@ fn bad(e: wire::Error) -> DropReason {
 }
 
 /// Ports (or ICMP echo id) of a transport header; (0, 0) when it has none we read.
+#[inline(always)]
 fn l4_ports(proto: IpProtocol, l4: &[u8], v6: bool) -> Result<(u16, u16), DropReason> {
     Ok(match proto {
         IpProtocol::TCP => {
@@ -138,6 +139,7 @@ fn l4_ports(proto: IpProtocol, l4: &[u8], v6: bool) -> Result<(u16, u16), DropRe
 }
 
 /// Parses an Ethernet frame received in `network`.
+#[inline(always)]
 pub fn parse(frame: &[u8], network: u16) -> Result<Parsed, DropReason> {
     let eth = EthernetFrame::new_checked(frame).map_err(bad)?;
     let ethertype = eth.ethertype();
