@@ -4,7 +4,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all setup build demo test lint unit bench clean
+.PHONY: all setup build demo test lint bench fuzz wire-fixtures clean
 
 all: build
 
@@ -20,6 +20,8 @@ demo: build
 lint: setup
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	# The parser's fuzz target (its own workspace): CI builds it; run it with `make fuzz`.
+	$(CARGO) build --manifest-path dataplane/fuzz/Cargo.toml
 
 # The whole suite: lint, unit tests, EAL tests on virtual devices, control-socket tests,
 # end-to-end tests that start ferruled and ferrulectl, and the demo itself.
@@ -28,8 +30,21 @@ test: lint
 	$(CARGO) test --workspace --no-fail-fast
 	@PROFILE=debug scripts/demo.sh
 
+# Benchmarks (not tests): the cross-connect rate against dpdk-testpmd, then the LPM and
+# pipeline criterion benches against DPDK's rte_lpm. Results: perf/RESULTS.md.
 bench: build
 	@perf/xconnect-vs-testpmd.sh
+	$(CARGO) bench -p ferrule-perf --bench lpm -- --warm-up-time 1 --measurement-time 3
+	$(CARGO) bench -p ferrule-perf --bench pipeline -- --warm-up-time 2 --measurement-time 5
+
+# Fuzz the wire parsers (needs nightly and `cargo install cargo-fuzz`).
+fuzz:
+	cd dataplane && $(CARGO) +nightly fuzz run parse_frame -- -max_total_time=300
+
+# Regenerate the scapy-encoded golden packets (needs Python; installs scapy in .venv).
+wire-fixtures:
+	@test -x .venv/bin/python || (python3 -m venv .venv && .venv/bin/pip install -q scapy)
+	.venv/bin/python scripts/gen-wire-fixtures.py
 
 clean:
 	$(CARGO) clean
