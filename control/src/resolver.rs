@@ -28,6 +28,9 @@ pub struct Pending {
     pub since: Instant,
 }
 
+/// A neighbour due another request: its (network, address) and output port.
+pub type Due = ((u16, IpAddr), u16);
+
 /// Every neighbour under resolution, by (network, address).
 #[derive(Debug, Default)]
 pub struct Resolver {
@@ -88,7 +91,7 @@ impl Resolver {
 
     /// Neighbours due another request, and those that ran out of tries (whose held
     /// packets are returned, to be dropped).
-    pub fn due(&mut self, now: Instant) -> (Vec<((u16, IpAddr), u16)>, Vec<Mbuf>) {
+    pub fn due(&mut self, now: Instant) -> (Vec<Due>, Vec<Mbuf>) {
         let mut resend = Vec::new();
         let mut expired = Vec::new();
         let mut gone = Vec::new();

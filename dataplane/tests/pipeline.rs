@@ -553,6 +553,22 @@ fn no_error_about_an_error() {
         .expect("build");
     let parsed = pipeline::parse(&f, 0).expect("parses");
     assert!(!icmp_error::allowed(&parsed, &f));
+    let mut g = f.clone();
+    assert!(
+        matches!(run(&snap, 0, &mut g), Action::IcmpError { .. }),
+        "TTL runs out"
+    );
+    let mut out = vec![0u8; icmp_error::MAX_ERROR_FRAME];
+    assert_eq!(
+        icmp_error::build(
+            &snap.ports[0],
+            &parsed,
+            &f,
+            IcmpErrorKind::TimeExceeded,
+            &mut out
+        ),
+        None
+    );
 }
 
 #[test]

@@ -146,7 +146,10 @@ fn l3fwd<F: pipeline::Frames + ?Sized>(lpm: &RteLpm, frames: &mut F, macs: &[[u8
 fn bench(c: &mut Criterion) {
     let mut rng = StdRng::seed_from_u64(SEED);
     // FERRULE_BENCH_ROUTES overrides the table size (to separate memory from compute).
-    let n_routes = std::env::var("FERRULE_BENCH_ROUTES").ok().and_then(|v| v.parse().ok()).unwrap_or(ROUTES);
+    let n_routes = std::env::var("FERRULE_BENCH_ROUTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(ROUTES);
     let routes = v4_routes(&mut rng, n_routes);
     let addrs = v4_addrs(&mut rng, &routes, FRAMES, 1.0);
     let frames: Vec<Vec<u8>> = addrs.iter().map(|&a| frame(a)).collect();
@@ -189,7 +192,10 @@ fn bench(c: &mut Criterion) {
     // Frames live in one contiguous arena (like mbufs in a pool) and are processed in
     // place, burst after burst; every pass decrements their TTL, so the arena is
     // restored from the pristine copy (untimed) before TTLs run low.
-    let pristine: Vec<[u8; 64]> = frames[..ARENA].iter().map(|f| f[..64].try_into().expect("64 B")).collect();
+    let pristine: Vec<[u8; 64]> = frames[..ARENA]
+        .iter()
+        .map(|f| f[..64].try_into().expect("64 B"))
+        .collect();
     let mut arena = pristine.clone();
     let mut passes = 0u32;
     let mut pos = 0usize;
@@ -199,7 +205,7 @@ fn bench(c: &mut Criterion) {
         while left > 0 {
             if pos == 0 {
                 passes += 1;
-                if passes % 200 == 0 {
+                if passes.is_multiple_of(200) {
                     arena.copy_from_slice(&pristine);
                 }
             }
@@ -219,16 +225,25 @@ fn bench(c: &mut Criterion) {
         b.iter_custom(|iters| {
             run(iters, &mut |burst| {
                 let mut slots = Slots(burst);
-                pipeline::process_burst(&snap, 0, &mut slots, &mut actions, &mut scratch, &mut NoTrace);
+                pipeline::process_burst(
+                    &snap,
+                    0,
+                    &mut slots,
+                    &mut actions,
+                    &mut scratch,
+                    &mut NoTrace,
+                );
                 black_box(&actions);
             })
         })
     });
     if baseline {
         g.bench_function("l3fwd_rte_lpm_burst32", |b| {
-            b.iter_custom(|iters| run(iters, &mut |burst| {
-                black_box(l3fwd(&rte, &mut Slots(burst), &macs));
-            }))
+            b.iter_custom(|iters| {
+                run(iters, &mut |burst| {
+                    black_box(l3fwd(&rte, &mut Slots(burst), &macs));
+                })
+            })
         });
     }
     g.finish();
@@ -250,6 +265,10 @@ impl pipeline::Frames for Slots<'_> {
 }
 
 fn main() {
+    // `cargo test --all-targets` runs benches without --bench: skip the slow set-up.
+    if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
     let args: Vec<String> = [
         "pipeline-bench",
         "-l",
