@@ -217,7 +217,8 @@ pub fn run(plan: &WorkerPlan, shared: &Shared, counters: &WorkerCounters, pool: 
         "worker polling"
     );
     while shared.is_running() {
-        let snap = shared.snapshot.load();
+        // The snapshot is loaded once per round, and only when a packet needs it.
+        let mut snap = None;
         let mut rx_total = 0u64;
         let mut tx_total = 0u64;
         for job in &plan.jobs {
@@ -232,7 +233,10 @@ pub fn run(plan: &WorkerPlan, shared: &Shared, counters: &WorkerCounters, pool: 
             rxc.rx_bytes.add(bytes);
             tx_total += match job.out {
                 Some(out) => cross_connect(&mut burst, job, out, bytes, shared, counters),
-                None => ctx.pipeline(&mut burst, job, &snap),
+                None => {
+                    let snap = snap.get_or_insert_with(|| shared.snapshot.load());
+                    ctx.pipeline(&mut burst, job, snap)
+                }
             };
         }
         if plan.worker == 0 && !shared.inject.is_empty() {
