@@ -31,7 +31,7 @@ pub struct VersionInfo {
     pub version: String,
     /// Git commit of the build, or "unknown".
     pub git_commit: String,
-    /// DPDK version string (`rte_version()`), or "none" for a daemon without DPDK.
+    /// DPDK version (`rte_version()` without its "DPDK " prefix), e.g. "22.11.11".
     pub dpdk: String,
 }
 
@@ -39,7 +39,7 @@ pub struct VersionInfo {
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash)]
 #[serde(rename_all = "lowercase")]
 pub enum PortRole {
-    /// Towards the node's network (the VPC); SNAT and the global ACL apply here.
+    /// Towards the node's network (the VPC): Ferrule owns the node IPs here.
     Uplink,
     /// A pod's interface.
     Pod,

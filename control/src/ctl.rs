@@ -144,7 +144,7 @@ network's ports. Without --network, commands act on the cluster default network
 `default` (`route dump` without --network lists every network).
 
 Routes come from the configuration ([[route]] in ferrule.toml), from the control API
-(these commands, or ferrule-agent), from the subnets of the ports' own addresses
+(these commands), from the subnets of the ports' own addresses
 (connected), from the pod ports' addresses (pod) and from Ferrule's own addresses
 (local). Routes added through the API are not written back to the configuration:
 they are lost when ferruled restarts.";
@@ -769,11 +769,11 @@ fn packets(n: usize) -> String {
 
 /// The daemon's line of `ferrulectl version`.
 pub fn render_version(info: &VersionInfo) -> String {
-    // `rte_version()` says "DPDK 23.11.0"; a daemon built without DPDK says "none".
-    let dpdk = match info.dpdk.as_str() {
-        "none" => "without DPDK".to_string(),
-        other => format!("DPDK {}", other.strip_prefix("DPDK ").unwrap_or(other)),
-    };
+    // The daemon reports the bare version ("22.11.11"); older ones said "DPDK 22.11.11".
+    let dpdk = format!(
+        "DPDK {}",
+        info.dpdk.strip_prefix("DPDK ").unwrap_or(&info.dpdk)
+    );
     format!(
         "ferruled {} (control API {}, commit {}, {dpdk})\n",
         info.version, info.api_version, info.git_commit
@@ -1158,7 +1158,6 @@ pub fn drop_reason_description(reason: &str) -> Option<&'static str> {
         "punt-full" => "control-thread queue full",
         "tx-full" => "transmit queue full",
         "port-down" => "output port's link is down",
-        "no-xconnect" => "input port has no cross-connect peer",
         _ => return None,
     })
 }
@@ -1236,10 +1235,10 @@ mod tests {
             render_version(&info),
             "ferruled 0.1.0 (control API 1, commit 3f2c1ab, DPDK 23.11.0)\n"
         );
-        info.dpdk = "none".to_string();
+        info.dpdk = "22.11.11".to_string();
         assert_eq!(
             render_version(&info),
-            "ferruled 0.1.0 (control API 1, commit 3f2c1ab, without DPDK)\n"
+            "ferruled 0.1.0 (control API 1, commit 3f2c1ab, DPDK 22.11.11)\n"
         );
     }
 

@@ -15,9 +15,9 @@
 use std::net::{IpAddr, SocketAddr};
 
 use ferrule_control::api::{
-    self, neigh_method, route_method, trace_method, NeighAdd, NeighDel, NeighDump,
-    NetworkFilter, PortsList, RouteAdd, RouteDel, RouteDump, Stats, TraceDump, TraceResult,
-    TraceRun, TraceStage, TraceStart, TraceVerdict, VersionInfo,
+    self, neigh_method, route_method, trace_method, NeighAdd, NeighDel, NeighDump, NetworkFilter,
+    PortsList, RouteAdd, RouteDel, RouteDump, Stats, TraceDump, TraceResult, TraceRun, TraceStage,
+    TraceStart, TraceVerdict, VersionInfo,
 };
 use ferrule_control::config::{parse_mac, Config, IpCidr, EMBEDDED_DEFAULT};
 use ferrule_control::ctl::drop_reason_description;
@@ -25,9 +25,7 @@ use ferrule_control::fib::Fib;
 use ferrule_control::rpc::{self, parse_params};
 use ferrule_dataplane::counters::DropReason;
 use ferrule_dataplane::pipeline::synth::{self, SynthSpec};
-use ferrule_dataplane::pipeline::{
-    self, icmp_error, Action, IcmpErrorKind, Punt, Recorder,
-};
+use ferrule_dataplane::pipeline::{self, icmp_error, Action, IcmpErrorKind, Punt, Recorder};
 use ferrule_dataplane::snapshot::{NextHopEntry, PortRole, Snapshot};
 use ferrule_dataplane::wire::{EthernetAddress, IpProtocol};
 use serde::de::DeserializeOwned;
@@ -277,7 +275,10 @@ fn check_stats(stats: &Stats) {
     totals.drop_reasons = reasons;
     assert_eq!(stats.totals, totals);
     let port_drops: u64 = stats.ports.iter().map(|p| p.counters.drops).sum();
-    assert_eq!(port_drops, totals.drops, "every drop is counted against a port");
+    assert_eq!(
+        port_drops, totals.drops,
+        "every drop is counted against a port"
+    );
 }
 
 #[test]
@@ -345,9 +346,10 @@ fn route_add(fib: &mut Fib, p: &RouteAdd) -> Result<(), Refusal> {
                 .ok_or_else(|| refused("port", format!("no port named {port:?}")))?;
             let via = match &p.via {
                 None => None,
-                Some(v) => Some(v.parse::<IpAddr>().map_err(|_| {
-                    refused("via", format!("{v:?} is not an IP address"))
-                })?),
+                Some(v) => Some(
+                    v.parse::<IpAddr>()
+                        .map_err(|_| refused("via", format!("{v:?} is not an IP address")))?,
+                ),
             };
             NextHopEntry::Port { port, via }
         }
@@ -529,7 +531,11 @@ fn trace(snap: &Snapshot, in_port: u16, mut frame: Vec<u8>) -> TraceResult {
             let mut out = vec![0u8; icmp_error::MAX_ERROR_FRAME];
             let sent = icmp_error::build(port, &parsed, &frame, kind, &mut out).is_some();
             let detail = if sent {
-                format!("{} sent back out of {}", kind_text(kind), port_name(in_port))
+                format!(
+                    "{} sent back out of {}",
+                    kind_text(kind),
+                    port_name(in_port)
+                )
             } else {
                 format!(
                     "no {} sent (never about an ICMP error, a later fragment or a multicast \
@@ -561,7 +567,7 @@ fn trace(snap: &Snapshot, in_port: u16, mut frame: Vec<u8>) -> TraceResult {
 }
 
 fn decode_hex(hex: &str) -> Vec<u8> {
-    assert!(hex.len() % 2 == 0, "odd hex: {hex}");
+    assert!(hex.len().is_multiple_of(2), "odd hex: {hex}");
     (0..hex.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex"))
@@ -633,7 +639,11 @@ fn examples_match_the_forwarding_state_and_the_pipeline() {
                     let traced = trace(snap, in_port, frame);
                     // Replayed on the generation the worker used: no `note` stage.
                     assert_eq!(p.stages, traced.stages, "trace.dump packet {}", p.data_hex);
-                    assert_eq!(p.verdict, traced.verdict, "trace.dump packet {}", p.data_hex);
+                    assert_eq!(
+                        p.verdict, traced.verdict,
+                        "trace.dump packet {}",
+                        p.data_hex
+                    );
                     traces += 1;
                 }
             }

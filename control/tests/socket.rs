@@ -70,7 +70,7 @@ impl Service for TestService {
                 api_version: api::API_VERSION,
                 version: "9.9.9".to_string(),
                 git_commit: "abc1234".to_string(),
-                dpdk: "none".to_string(),
+                dpdk: "22.11.11".to_string(),
             })),
             // A reply that does not match the api types, for ferrulectl's error path.
             api::method::PORTS_LIST => Ok(json!({ "ports": "not a list" })),
@@ -958,7 +958,7 @@ fn ferrulectl_version_against_a_daemon() {
         stdout.starts_with(&format!("ferrulectl {}", env!("CARGO_PKG_VERSION"))),
         "{stdout}"
     );
-    assert!(stdout.contains("ferruled 9.9.9 (control API 1, commit abc1234, without DPDK)"));
+    assert!(stdout.contains("ferruled 9.9.9 (control API 1, commit abc1234, DPDK 22.11.11)"));
     assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
 }
 

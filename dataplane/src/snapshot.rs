@@ -1,6 +1,6 @@
 //! One immutable generation of forwarding state — ports, networks (VRFs) with their
 //! route tables, next hops and neighbours — built by the control thread and read by
-//! every worker once per burst. A new generation is published as a whole; workers
+//! every worker once per poll round. A new generation is published as a whole; workers
 //! never see a half-applied change.
 
 use crate::lpm::{Lpm4, Lpm6, NextHop};

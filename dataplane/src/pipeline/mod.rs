@@ -1,7 +1,8 @@
 //! The packet pipeline: the path every received packet takes, as pure functions over
-//! a frame's bytes and the current [`Snapshot`]. The worker runs it over each burst
-//! (`process` per packet, then groups the results by action); `ferrulectl trace` runs
-//! the same code on a synthetic packet with a recording [`Tracer`].
+//! a frame's bytes and the current [`Snapshot`]. The worker runs [`process_burst`] over
+//! each received burst, stage by stage, then groups the results by action;
+//! `ferrulectl trace` runs the same code on one synthetic packet ([`process`]) with a
+//! recording [`Tracer`].
 //!
 //! Stages: parse → l2 (destination MAC) → local (ARP, ND, echo for Ferrule's own
 //! addresses) → ttl → route (per-network LPM) → mtu → neighbour → rewrite.
