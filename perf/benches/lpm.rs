@@ -5,12 +5,12 @@
 //! `cargo bench -p ferrule-perf --bench lpm -- --warm-up-time 1 --measurement-time 3`
 
 use criterion::{black_box, Criterion, Throughput};
+use ferrule_dataplane::dpdk::rte_lpm::{RteLpm, LOOKUP_SUCCESS};
 use ferrule_dataplane::dpdk::Eal;
 use ferrule_dataplane::lpm::{Lpm4, Lpm6, NO_ROUTE};
-use rand::distributions::WeightedIndex;
+use ferrule_perf::routes::{v4_addrs, v4_routes, Route4};
 use rand::prelude::*;
 use std::collections::HashSet;
-use std::ffi::CString;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Instant;
 
@@ -23,75 +23,10 @@ const BATCH: usize = 256;
 const BATCHES: usize = 4096;
 const SEED: u64 = 0x5eed_1a9e;
 
-/// IPv4 prefix lengths of a BGP full table, in permille-ish weights: mostly /24, then
-/// /22-/23, /16-/21, a few shorter, and some /25-/32.
-const V4_LENGTHS: [(u8, u32); 25] = [
-    (8, 1),
-    (9, 1),
-    (10, 2),
-    (11, 5),
-    (12, 12),
-    (13, 25),
-    (14, 45),
-    (15, 80),
-    (16, 1300),
-    (17, 700),
-    (18, 1200),
-    (19, 2500),
-    (20, 4000),
-    (21, 4500),
-    (22, 10500),
-    (23, 10000),
-    (24, 58000),
-    (25, 300),
-    (26, 300),
-    (27, 250),
-    (28, 250),
-    (29, 350),
-    (30, 300),
-    (31, 100),
-    (32, 1400),
-];
-
-type Route4 = (u32, u8, u32);
 type Route6 = (u128, u8, u32);
-
-fn mask32(len: u8) -> u32 {
-    u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0)
-}
 
 fn mask128(len: u8) -> u128 {
     u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0)
-}
-
-/// `ROUTES4` distinct routes in 1.0.0.0-223.255.255.255; route i has next hop i.
-fn v4_routes(rng: &mut StdRng) -> Vec<Route4> {
-    let lens = WeightedIndex::new(V4_LENGTHS.iter().map(|l| l.1)).expect("weights");
-    let mut seen = HashSet::with_capacity(ROUTES4);
-    let mut routes = Vec::with_capacity(ROUTES4);
-    while routes.len() < ROUTES4 {
-        let len = V4_LENGTHS[lens.sample(rng)].0;
-        let p = rng.gen_range(0x0100_0000..0xE000_0000u32) & mask32(len);
-        if seen.insert((p, len)) {
-            routes.push((p, len, routes.len() as u32));
-        }
-    }
-    routes
-}
-
-/// Half inside random routes (random host bits), half uniformly random (misses and
-/// hits of the short routes).
-fn v4_addrs(rng: &mut StdRng, routes: &[Route4]) -> Vec<u32> {
-    (0..BATCH * BATCHES)
-        .map(|_| {
-            if rng.gen() {
-                let (p, len, _) = routes[rng.gen_range(0..routes.len())];
-                p | (rng.gen::<u32>() & !mask32(len))
-            } else {
-                rng.gen()
-            }
-        })
-        .collect()
 }
 
 /// `ROUTES6` routes clustered like real allocations: /48s numbered from the start of
@@ -143,68 +78,19 @@ fn v6_addrs(rng: &mut StdRng, routes: &[Route6]) -> Vec<u128> {
         .collect()
 }
 
-/// DPDK's `rte_lpm`, owned: freed on drop (before the EAL).
-struct RteLpm(*mut ferrule_ffi::rte_lpm);
-
-impl RteLpm {
-    fn new(routes: &[Route4]) -> Self {
-        let name = CString::new("ferrule_bench_lpm").expect("no NUL");
-        let cfg = ferrule_ffi::rte_lpm_config {
-            max_rules: 1 << 21,
-            number_tbl8s: 1 << 16,
-            flags: 0,
-        };
-        // SAFETY: the EAL is running; name and cfg are valid for the call; -1 is
-        // SOCKET_ID_ANY.
-        let lpm = unsafe { ferrule_ffi::rte_lpm_create(name.as_ptr(), -1, &cfg) };
-        assert!(!lpm.is_null(), "rte_lpm_create failed");
-        for &(p, len, nh) in routes {
-            // SAFETY: lpm is a live table from rte_lpm_create.
-            let rc = unsafe { ferrule_ffi::rte_lpm_add(lpm, p, len, nh) };
-            assert_eq!(rc, 0, "rte_lpm_add {}/{len}", Ipv4Addr::from(p));
-        }
-        RteLpm(lpm)
+/// DPDK's `rte_lpm` filled with the same routes.
+fn rte_lpm(routes: &[Route4]) -> RteLpm {
+    let mut lpm = RteLpm::new("ferrule_bench_lpm", 1 << 21, 1 << 16).expect("rte_lpm_create");
+    for &(p, len, nh) in routes {
+        lpm.add(p, len, nh)
+            .unwrap_or_else(|e| panic!("rte_lpm_add {}/{len}: {e}", Ipv4Addr::from(p)));
     }
-
-    /// Raw entries: next hop in the low 24 bits, `RTE_LPM_LOOKUP_SUCCESS` on a hit.
-    #[inline]
-    fn lookup_bulk(&self, ips: &[u32], out: &mut [u32]) {
-        assert!(out.len() >= ips.len());
-        // SAFETY: lpm is live; ips has ips.len() readable and out at least as many
-        // writable u32s.
-        unsafe {
-            ferrule_ffi::ferrule_lpm_lookup_bulk(
-                self.0,
-                ips.as_ptr(),
-                out.as_mut_ptr(),
-                ips.len() as u32,
-            )
-        };
-    }
-
-    #[inline]
-    fn lookup(&self, ip: u32) -> u32 {
-        let mut nh = 0;
-        // SAFETY: lpm is live; nh is a valid out pointer.
-        let rc = unsafe { ferrule_ffi::ferrule_lpm_lookup(self.0, ip, &mut nh) };
-        if rc == 0 {
-            nh
-        } else {
-            NO_ROUTE
-        }
-    }
-}
-
-impl Drop for RteLpm {
-    fn drop(&mut self) {
-        // SAFETY: lpm came from rte_lpm_create and is freed once.
-        unsafe { ferrule_ffi::rte_lpm_free(self.0) };
-    }
+    lpm
 }
 
 /// The next hop `rte_lpm_lookup_bulk` reported, in `Lpm4`'s terms.
 fn rte_result(raw: u32) -> u32 {
-    if raw & ferrule_ffi::RTE_LPM_LOOKUP_SUCCESS != 0 {
+    if raw & LOOKUP_SUCCESS != 0 {
         raw & 0x00FF_FFFF
     } else {
         NO_ROUTE
@@ -217,8 +103,8 @@ fn mib(bytes: usize) -> f64 {
 
 fn bench_v4(c: &mut Criterion) {
     let mut rng = StdRng::seed_from_u64(SEED);
-    let routes = v4_routes(&mut rng);
-    let addrs = v4_addrs(&mut rng, &routes);
+    let routes = v4_routes(&mut rng, ROUTES4);
+    let addrs = v4_addrs(&mut rng, &routes, BATCH * BATCHES, 0.5);
 
     let start = Instant::now();
     let mut lpm = Lpm4::new();
@@ -227,7 +113,7 @@ fn bench_v4(c: &mut Criterion) {
     }
     let build = start.elapsed();
     let start = Instant::now();
-    let rte = RteLpm::new(&routes);
+    let rte = rte_lpm(&routes);
     let rte_build = start.elapsed();
     let start = Instant::now();
     let snapshot = lpm.clone();
@@ -298,7 +184,7 @@ fn bench_v4(c: &mut Criterion) {
         b.iter(|| {
             k = (k + 1) % BATCHES;
             for (&a, o) in black_box(batches[k]).iter().zip(out.iter_mut()) {
-                *o = rte.lookup(a);
+                *o = rte.lookup(a).unwrap_or(NO_ROUTE);
             }
             black_box(&out);
         })
