@@ -12,3 +12,4 @@ pub mod resolver;
 pub mod rpc;
 pub mod server;
 pub mod table;
+pub mod trace;

@@ -12,22 +12,20 @@
 //! - the drop-reason table lists exactly the pipeline's reasons (which `ferrulectl
 //!   stats` can describe).
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 
 use ferrule_control::api::{
     self, neigh_method, route_method, trace_method, NeighAdd, NeighDel, NeighDump, NetworkFilter,
-    PortsList, RouteAdd, RouteDel, RouteDump, Stats, TraceDump, TraceResult, TraceRun, TraceStage,
-    TraceStart, TraceVerdict, VersionInfo,
+    PortsList, RouteAdd, RouteDel, RouteDump, Stats, TraceDump, TraceResult, TraceRun, TraceStart,
+    VersionInfo,
 };
 use ferrule_control::config::{parse_mac, Config, IpCidr, EMBEDDED_DEFAULT};
 use ferrule_control::ctl::drop_reason_description;
 use ferrule_control::fib::Fib;
 use ferrule_control::rpc::{self, parse_params};
 use ferrule_dataplane::counters::DropReason;
-use ferrule_dataplane::pipeline::synth::{self, SynthSpec};
-use ferrule_dataplane::pipeline::{self, icmp_error, Action, IcmpErrorKind, Punt, Recorder};
-use ferrule_dataplane::snapshot::{NextHopEntry, PortRole, Snapshot};
-use ferrule_dataplane::wire::{EthernetAddress, IpProtocol};
+use ferrule_dataplane::snapshot::{NextHopEntry, Snapshot};
+use ferrule_dataplane::wire::EthernetAddress;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -428,144 +426,6 @@ fn check_outcome(request: &Value, response: &Value, outcome: Result<(), Refusal>
     }
 }
 
-/// `IP`, `IP:PORT` or `[IPv6]:PORT`.
-fn endpoint(s: &str) -> (IpAddr, Option<u16>) {
-    if let Ok(ip) = s.parse::<IpAddr>() {
-        return (ip, None);
-    }
-    let sa: SocketAddr = s.parse().expect("IP, IP:PORT or [IPv6]:PORT");
-    (sa.ip(), Some(sa.port()))
-}
-
-fn tcp_flags(s: &str) -> u8 {
-    s.split(',')
-        .map(str::trim)
-        .filter(|f| !f.is_empty())
-        .map(|f| match f.to_ascii_uppercase().as_str() {
-            "FIN" => 0x01,
-            "SYN" => 0x02,
-            "RST" => 0x04,
-            "PSH" => 0x08,
-            "ACK" => 0x10,
-            "URG" => 0x20,
-            "ECE" => 0x40,
-            "CWR" => 0x80,
-            other => panic!("{other} is not a TCP flag"),
-        })
-        .fold(0, |bits, b| bits | b)
-}
-
-/// The synthetic packet of `trace.run`, built as `control/src/daemon/trace.rs` does.
-fn synthetic(snap: &Snapshot, in_port: u16, p: &TraceRun) -> Vec<u8> {
-    let proto = match p.proto.to_ascii_lowercase().as_str() {
-        "tcp" => IpProtocol::TCP,
-        "udp" => IpProtocol::UDP,
-        "sctp" => IpProtocol::SCTP,
-        "icmp" => IpProtocol::ICMP,
-        "icmpv6" => IpProtocol::ICMPV6,
-        other => panic!("{other} is not a protocol"),
-    };
-    let (src, sport) = endpoint(&p.src);
-    let (dst, dport) = endpoint(&p.dst);
-    let ported = matches!(proto, IpProtocol::TCP | IpProtocol::UDP | IpProtocol::SCTP);
-    let port = &snap.ports[usize::from(in_port)];
-    let default_src = match (port.role, port.pod_mac) {
-        (PortRole::Pod, Some(m)) => m,
-        _ => EthernetAddress([0x02, 0, 0, 0, 0, 0x01]),
-    };
-    let mac = |s: &Option<String>, default: EthernetAddress| match s {
-        None => default,
-        Some(m) => EthernetAddress(parse_mac(m).expect("a MAC address")),
-    };
-    let spec = SynthSpec {
-        src_mac: mac(&p.src_mac, default_src),
-        dst_mac: mac(&p.dst_mac, port.mac),
-        proto,
-        src,
-        dst,
-        src_port: sport.unwrap_or(if ported { 40000 } else { 1 }),
-        dst_port: dport.unwrap_or(if ported { 80 } else { 0 }),
-        tcp_flags: p.tcp_flags.as_deref().map_or(0x02, tcp_flags),
-        ip_len: p.len,
-        ttl: p.ttl.unwrap_or(64),
-    };
-    synth::build(&spec).expect("the example packet builds")
-}
-
-fn kind_text(kind: IcmpErrorKind) -> String {
-    match kind {
-        IcmpErrorKind::TimeExceeded => "time exceeded".into(),
-        IcmpErrorKind::FragNeeded { mtu } => format!("fragmentation needed (mtu {mtu})"),
-        IcmpErrorKind::PacketTooBig { mtu } => format!("packet too big (mtu {mtu})"),
-    }
-}
-
-/// Runs `frame` through the pipeline as received on `in_port`, and renders the stages
-/// and the verdict as `trace.run` does (`render` in `control/src/daemon/trace.rs`).
-fn trace(snap: &Snapshot, in_port: u16, mut frame: Vec<u8>) -> TraceResult {
-    let port_name = |i: u16| snap.ports[usize::from(i)].name.clone();
-    let mut rec = Recorder::default();
-    let action = pipeline::process(snap, in_port, &mut frame, &mut rec);
-    let stage = |stage: &str, detail: String| TraceStage {
-        stage: stage.to_string(),
-        detail,
-    };
-    let mut stages: Vec<TraceStage> = rec
-        .stages
-        .into_iter()
-        .map(|(s, detail)| stage(s.name(), detail))
-        .collect();
-    let drop = |reason: &str| TraceVerdict::Drop {
-        reason: reason.to_string(),
-    };
-    let verdict = match action {
-        Action::Forward { port } => TraceVerdict::Forward {
-            port: port_name(port),
-        },
-        Action::Reply => TraceVerdict::Forward {
-            port: port_name(in_port),
-        },
-        Action::IcmpError { kind, reason } => {
-            let port = &snap.ports[usize::from(in_port)];
-            let parsed = pipeline::parse(&frame, port.network).expect("parses");
-            let mut out = vec![0u8; icmp_error::MAX_ERROR_FRAME];
-            let sent = icmp_error::build(port, &parsed, &frame, kind, &mut out).is_some();
-            let detail = if sent {
-                format!(
-                    "{} sent back out of {}",
-                    kind_text(kind),
-                    port_name(in_port)
-                )
-            } else {
-                format!(
-                    "no {} sent (never about an ICMP error, a later fragment or a multicast \
-                     source; or {} has no address of the family to send it from)",
-                    kind_text(kind),
-                    port_name(in_port)
-                )
-            };
-            stages.push(stage("icmp", detail));
-            drop(reason.name())
-        }
-        Action::Punt(Punt::Resolve { ip, port, .. }) => {
-            stages.push(stage(
-                "punt",
-                format!(
-                    "held while {ip} is resolved on {}; sent if it answers",
-                    port_name(port)
-                ),
-            ));
-            drop("no-neighbour")
-        }
-        Action::Punt(Punt::Learn) => {
-            stages.push(stage("punt", "to the control thread to learn from".into()));
-            drop("local-unhandled")
-        }
-        Action::Drop(reason) => drop(reason.name()),
-    };
-    TraceResult { stages, verdict }
-}
-
 fn decode_hex(hex: &str) -> Vec<u8> {
     assert!(hex.len().is_multiple_of(2), "odd hex: {hex}");
     (0..hex.len())
@@ -623,8 +483,7 @@ fn examples_match_the_forwarding_state_and_the_pipeline() {
             trace_method::RUN if !result.is_null() => {
                 let snap = snap.get_or_insert_with(|| fib.snapshot());
                 let p: TraceRun = parse_params(&params).expect("decodes");
-                let in_port = fib.port_index(&p.in_port).expect("a known port");
-                let traced = trace(snap, in_port, synthetic(snap, in_port, &p));
+                let traced = ferrule_control::trace::run(snap, &p).expect("the example traces");
                 let traced = serde_json::to_value(traced).expect("serializes");
                 assert_eq!(result, &traced, "trace.run {params}");
                 traces += 1;
@@ -636,7 +495,8 @@ fn examples_match_the_forwarding_state_and_the_pipeline() {
                     let frame = decode_hex(&p.data_hex);
                     assert_eq!(frame.len() as u32, p.len.min(2048), "{}", p.data_hex);
                     let in_port = fib.port_index(&p.port).expect("a known port");
-                    let traced = trace(snap, in_port, frame);
+                    let mut frame = frame;
+                    let traced = ferrule_control::trace::trace_frame(snap, in_port, &mut frame);
                     // Replayed on the generation the worker used: no `note` stage.
                     assert_eq!(p.stages, traced.stages, "trace.dump packet {}", p.data_hex);
                     assert_eq!(

@@ -182,6 +182,9 @@ struct Ctx<'a> {
     touched: [u16; MAX_PORTS],
     n_touched: usize,
     drops: Burst,
+    /// ICMP errors sent in the current one-second window, and when it started.
+    icmp_sent: u32,
+    icmp_window: std::time::Instant,
 }
 
 /// Runs the poll loop until `shared.stop()`; returns 0.
@@ -207,6 +210,8 @@ pub fn run(plan: &WorkerPlan, shared: &Shared, counters: &WorkerCounters, pool: 
         touched: [0; MAX_PORTS],
         n_touched: 0,
         drops: Burst::new(),
+        icmp_sent: 0,
+        icmp_window: std::time::Instant::now(),
     };
     let mut burst = Burst::new();
     let mut idle_polls = 0u32;
@@ -289,6 +294,10 @@ fn cross_connect(
     txc.tx_bytes.add(sent_bytes);
     sent
 }
+
+/// ICMP errors one worker sends per second at most (RFC 1812 4.3.2.8 rate limiting);
+/// beyond it the offending packets are still dropped, silently.
+const ICMP_ERRORS_PER_SECOND: u32 = 1000;
 
 /// Live-trace captures taken from one burst at most (the rest wait for later bursts).
 const MAX_CAPTURES_PER_BURST: usize = 8;
@@ -380,6 +389,16 @@ impl Ctx<'_> {
         kind: pipeline::IcmpErrorKind,
     ) -> Option<Mbuf> {
         let port = snap.ports.get(usize::from(in_port))?;
+        if self.icmp_sent >= ICMP_ERRORS_PER_SECOND {
+            // Only now look at the clock: the rate limit costs nothing below it.
+            let now = std::time::Instant::now();
+            if now.duration_since(self.icmp_window).as_secs() < 1 {
+                return None;
+            }
+            self.icmp_window = now;
+            self.icmp_sent = 0;
+        }
+        self.icmp_sent += 1;
         // The original was just moved to the drop burst; it is its last packet.
         let last = self.drops.len().checked_sub(1)?;
         let original = self.drops.data(last);

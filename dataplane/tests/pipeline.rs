@@ -220,7 +220,43 @@ fn drops_have_reasons() {
         .udp(1, 2)
         .write(&mut f, &[0; 8])
         .expect("build");
-    assert_eq!(run(&snap, 0, &mut f), Action::Drop(DropReason::NoRoute));
+    assert_eq!(
+        run(&snap, 0, &mut f),
+        Action::IcmpError {
+            kind: IcmpErrorKind::NoRoute,
+            reason: DropReason::NoRoute
+        }
+    );
+    // The destination unreachable goes back from the gateway, checked by etherparse.
+    let parsed = pipeline::parse(&f, 0).expect("parses");
+    let mut out = vec![0u8; icmp_error::MAX_ERROR_FRAME];
+    let len = icmp_error::build(
+        &snap.ports[0],
+        &parsed,
+        &f,
+        IcmpErrorKind::NoRoute,
+        &mut out,
+    )
+    .expect("allowed");
+    let p = SlicedPacket::from_ethernet(&out[..len]).expect("parses");
+    let Some(NetSlice::Ipv6(ip)) = &p.net else {
+        panic!("ipv6")
+    };
+    let h = ip.header().to_header();
+    assert_eq!(h.source, GW6.octets());
+    let Some(TransportSlice::Icmpv6(icmp)) = &p.transport else {
+        panic!("icmpv6")
+    };
+    assert!(
+        matches!(icmp.icmp_type(), Icmpv6Type::DestinationUnreachable(_)),
+        "{:?}",
+        icmp.icmp_type()
+    );
+    let want = icmp
+        .icmp_type()
+        .calc_checksum(h.source, h.destination, icmp.payload())
+        .expect("sum");
+    assert_eq!(icmp.checksum(), want);
     // 802.1Q tagged.
     let mut f = Vec::new();
     PacketBuilder::ethernet2(POD_A, GW_MAC_A)

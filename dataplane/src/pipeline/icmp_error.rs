@@ -97,6 +97,7 @@ pub fn build(
             let (t, code, mtu) = match kind {
                 IcmpErrorKind::TimeExceeded => (11u8, 0u8, 0u16),
                 IcmpErrorKind::FragNeeded { mtu } => (3, 4, mtu),
+                IcmpErrorKind::NoRoute => (3, 0, 0),
                 IcmpErrorKind::PacketTooBig { .. } => return None,
             };
             let icmp = &mut out[icmp_off..icmp_off + icmp_hdr];
@@ -125,6 +126,7 @@ pub fn build(
             let (t, code, mtu) = match kind {
                 IcmpErrorKind::TimeExceeded => (3u8, 0u8, 0u32),
                 IcmpErrorKind::PacketTooBig { mtu } => (2, 0, u32::from(mtu)),
+                IcmpErrorKind::NoRoute => (1, 0, 0),
                 IcmpErrorKind::FragNeeded { .. } => return None,
             };
             let icmp = &mut out[icmp_off..icmp_off + icmp_hdr];

@@ -40,6 +40,8 @@ pub enum IcmpErrorKind {
     FragNeeded { mtu: u16 },
     /// IPv6 larger than the output MTU (ICMPv6 type 2).
     PacketTooBig { mtu: u16 },
+    /// No route to the destination (ICMP type 3 code 0 / ICMPv6 type 1 code 0).
+    NoRoute,
 }
 
 /// What to do with a packet.
@@ -366,7 +368,10 @@ fn back<T: Tracer>(
             dst,
             net_name(snap, port.network)
         );
-        return Action::Drop(DropReason::NoRoute);
+        return Action::IcmpError {
+            kind: IcmpErrorKind::NoRoute,
+            reason: DropReason::NoRoute,
+        };
     };
     let (out, via) = match *entry {
         NextHopEntry::Port { port, via } => (port, via),
