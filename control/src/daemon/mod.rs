@@ -32,6 +32,9 @@ const TRACE_QUEUE: usize = 1024;
 const TRACE_KEEP: usize = 1000;
 /// Learned neighbours are forgotten after this long without a new answer.
 const NEIGHBOR_MAX_AGE: Duration = Duration::from_secs(300);
+/// Learned neighbours older than this are asked again (once a second) before they
+/// expire, so traffic to a live neighbour is never held for re-resolution.
+const NEIGHBOR_REFRESH: Duration = Duration::from_secs(240);
 
 /// Whether devargs name a PCI device rather than a vdev.
 pub fn is_pci(devargs: &str) -> bool {
@@ -551,6 +554,7 @@ impl Service for Daemon {
         }
         if now.duration_since(self.last_aging) >= Duration::from_secs(1) {
             self.last_aging = now;
+            self.refresh_neighbors(NEIGHBOR_REFRESH);
             if self.fib.age_neighbors(NEIGHBOR_MAX_AGE) > 0 {
                 self.publish();
             }

@@ -104,6 +104,20 @@ impl Daemon {
         }
     }
 
+    /// Asks again, once per call, for every learned neighbour older than `age`; an
+    /// answer refreshes it (it is known, so the answer is learned).
+    pub(super) fn refresh_neighbors(&mut self, age: std::time::Duration) {
+        let due: Vec<((u16, IpAddr), u16)> = self
+            .fib
+            .neighbors()
+            .filter(|(_, n)| !n.is_static && n.updated.elapsed() >= age)
+            .map(|(&k, n)| (k, n.port))
+            .collect();
+        for (key, port) in due {
+            self.send_request(key, port);
+        }
+    }
+
     /// Re-sends due requests and drops packets whose neighbour never answered.
     pub(super) fn resolve_due(&mut self) {
         let (resend, expired) = self.resolver.due(Instant::now());
