@@ -222,10 +222,10 @@ fn eal_worker_cross_connect() {
     assert_eq!(mbuf_layout.nb_segs(), 1);
     drop(mbuf_layout);
 
-    let a_in = Ring::new("a_in", 256, false).expect("ring");
-    let a_out = Ring::new("a_out", 256, false).expect("ring");
-    let b_in = Ring::new("b_in", 256, false).expect("ring");
-    let b_out = Ring::new("b_out", 256, false).expect("ring");
+    let a_in = Ring::new("a_in", 256).expect("ring");
+    let a_out = Ring::new("a_out", 256).expect("ring");
+    let b_in = Ring::new("b_in", 256).expect("ring");
+    let b_out = Ring::new("b_out", 256).expect("ring");
     let mut a = EthPort::from_rings("ring_a", &[&a_in], &[&a_out]).expect("port a");
     let mut b = EthPort::from_rings("ring_b", &[&b_in], &[&b_out]).expect("port b");
     for p in [&mut a, &mut b] {

@@ -690,3 +690,83 @@ fn a_burst_gives_the_same_verdicts_and_bytes_as_packet_by_packet() {
         .iter()
         .any(|a| matches!(a, Action::Drop(DropReason::Blackhole))));
 }
+
+#[test]
+fn hostile_and_edge_inputs() {
+    let snap = snapshot();
+    // ARP for another hardware type is not answered, even if it names our address.
+    let mut f = arp_request(POD_A, [10, 1, 0, 2], GW4.octets());
+    f[15] = 6; // htype 6 (IEEE 802)
+    assert_eq!(run(&snap, 0, &mut f), Action::Drop(DropReason::Malformed));
+    // A unicast IPv6 packet inside a multicast frame is not ours to route.
+    let mut f = Vec::new();
+    PacketBuilder::ethernet2(POD_A, [0x33, 0x33, 0, 0, 0, 1])
+        .ipv6(v6("fd00:1::2").octets(), v6("fd00:1::3").octets(), 64)
+        .udp(1, 2)
+        .write(&mut f, &[0; 8])
+        .expect("build");
+    assert_eq!(
+        run(&snap, 0, &mut f),
+        Action::Drop(DropReason::DstMacMismatch)
+    );
+    // An echo with TTL 1 to the node's address on the uplink is answered, not expired.
+    let mut f = Vec::new();
+    PacketBuilder::ethernet2(POD_A, GW_MAC_A)
+        .ipv4([10, 1, 0, 2], [192, 0, 2, 10], 1)
+        .icmpv4_echo_request(5, 1)
+        .write(&mut f, b"x")
+        .expect("build");
+    assert_eq!(run(&snap, 0, &mut f), Action::Reply);
+    // ... and with TTL 64 too, through the route lookup's Local next hop.
+    let mut f = Vec::new();
+    PacketBuilder::ethernet2(POD_A, GW_MAC_A)
+        .ipv4([10, 1, 0, 2], [192, 0, 2, 10], 64)
+        .icmpv4_echo_request(5, 2)
+        .write(&mut f, b"x")
+        .expect("build");
+    assert_eq!(run(&snap, 0, &mut f), Action::Reply);
+    assert_eq!(
+        &f[26..30],
+        &[192, 0, 2, 10],
+        "replied from the node address"
+    );
+    // No ICMP error about a packet to a broadcast address.
+    let f = udp4(POD_A, GW_MAC_A, [10, 1, 0, 2], [255, 255, 255, 255], 1, 10);
+    let parsed = pipeline::parse(&f, 0).expect("parses");
+    assert!(!icmp_error::allowed(&parsed, &f));
+}
+
+#[test]
+fn neighbor_solicitations_are_checked() {
+    let snap = snapshot();
+    let group = pipeline::local::solicited_node(&GW6);
+    let ns = |sll: bool| {
+        let mut body = GW6.octets().to_vec();
+        if sll {
+            body.extend_from_slice(&[1, 1]);
+            body.extend_from_slice(&POD_A);
+        }
+        let mut f = Vec::new();
+        PacketBuilder::ethernet2(POD_A, [0x33, 0x33, 0xff, 0, 0, 1])
+            .ipv6(v6("fe80::2").octets(), group.octets(), 255)
+            .icmpv6(Icmpv6Type::Unknown {
+                type_u8: 135,
+                code_u8: 0,
+                bytes5to8: [0; 4],
+            })
+            .write(&mut f, &body)
+            .expect("build");
+        f
+    };
+    let mut f = ns(true);
+    let last = f.len() - 1;
+    f[last] ^= 1; // breaks the checksum
+    assert_eq!(run(&snap, 0, &mut f), Action::Drop(DropReason::Malformed));
+    let mut f = ns(true);
+    f[14 + 7] = 64; // hop limit other than 255: not from on-link
+    assert_eq!(run(&snap, 0, &mut f), Action::Drop(DropReason::Malformed));
+    // Without the source link-layer option, to a multicast group: the answer needs the
+    // target link-layer option, which does not fit in place.
+    let mut f = ns(false);
+    assert_eq!(run(&snap, 0, &mut f), Action::Drop(DropReason::Malformed));
+}

@@ -62,6 +62,9 @@ pub fn hugepages_free(mb: u64) -> bool {
         .is_some_and(|n| n * 2 >= mb + 64)
 }
 
+/// Test daemons that may run at once (the test threads of one test binary).
+const PARALLEL_DAEMONS: u64 = 8;
+
 /// A unique EAL file prefix for one test daemon.
 pub fn unique_prefix(tag: &str) -> String {
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -75,7 +78,10 @@ pub fn leftovers(prefix: &str) -> Vec<PathBuf> {
     for dir in ["/dev/hugepages", "/run/dpdk"] {
         if let Ok(rd) = std::fs::read_dir(dir) {
             for e in rd.flatten() {
-                if e.file_name().to_string_lossy().starts_with(prefix) {
+                // Exactly this prefix: `<prefix>` (runtime dir) or `<prefix>map_N` (hugepage
+                // files), never another test's `<prefix>0…`.
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name == prefix || name.starts_with(&format!("{prefix}map_")) {
                     out.push(e.path());
                 }
             }
@@ -85,14 +91,15 @@ pub fn leftovers(prefix: &str) -> Vec<PathBuf> {
 }
 
 /// The `[eal]`, `[control]` and `[dataplane]` sections for a test daemon: two lcores,
-/// 128 MiB (hugepages when free, else `--no-huge`), a worker that naps when idle.
+/// 128 MiB (hugepages when enough are free for every test daemon that may run at the
+/// same time, else `--no-huge`), a worker that naps when idle.
 pub fn base_config(prefix: &str) -> String {
     format!(
         "[eal]\nlcores = [0, 1]\nmemory_mb = 128\nhugepages = {}\nin_memory = true\n\
          file_prefix = \"{prefix}\"\nlog_level = \"error\"\n\n\
          [dataplane]\nmbufs = 4095\nmbuf_cache = 64\nrx_desc = 256\ntx_desc = 256\nidle_sleep_us = 50\n\n\
          [log]\nlevel = \"info\"\n\n",
-        hugepages_free(128)
+        hugepages_free(128 * PARALLEL_DAEMONS)
     )
 }
 

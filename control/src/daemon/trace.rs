@@ -43,7 +43,15 @@ impl Daemon {
             let replayed = pipeline::process(&snap, cap.in_port, &mut data, &mut rec);
             let sent = icmp_would_be_sent(&snap, cap.in_port, &original, cap.action);
             let (mut stages, verdict) = render(&snap, cap.in_port, rec, cap.action, sent);
-            if replayed != cap.action || snap.generation != cap.generation {
+            if usize::from(cap.caplen) < cap.len as usize {
+                stages.push(TraceStage {
+                    stage: "note".into(),
+                    detail: format!(
+                        "captured {} of {} bytes; stages replayed on the truncated copy",
+                        cap.caplen, cap.len
+                    ),
+                });
+            } else if replayed != cap.action || snap.generation != cap.generation {
                 stages.push(TraceStage {
                     stage: "note".into(),
                     detail: format!(

@@ -168,6 +168,7 @@ impl Burst {
     pub fn total_bytes(&self) -> u64 {
         self.pkts[..self.len]
             .iter()
+            .filter(|m| !m.is_null())
             // SAFETY: every held pointer is a valid owned mbuf.
             .map(|&m| u64::from(unsafe { (*m).pkt_len }))
             .sum()
@@ -176,24 +177,35 @@ impl Burst {
     /// Length of packet `i` (all segments).
     #[inline(always)]
     pub fn pkt_len(&self, i: usize) -> u32 {
-        assert!(i < self.len, "burst index {i} out of range {}", self.len);
-        // SAFETY: i < len, so the slot holds a valid owned mbuf.
+        assert!(
+            i < self.len && !self.pkts[i].is_null(),
+            "burst slot {i} empty or out of range"
+        );
+        // SAFETY: i < len and the slot is not a hole left by `take`: a valid owned mbuf.
         unsafe { (*self.pkts[i]).pkt_len }
     }
 
     /// First-segment data of packet `i`.
     #[inline(always)]
     pub fn data(&self, i: usize) -> &[u8] {
-        assert!(i < self.len, "burst index {i} out of range {}", self.len);
-        // SAFETY: i < len; the mbuf is owned by the burst and the slice borrows it.
+        assert!(
+            i < self.len && !self.pkts[i].is_null(),
+            "burst slot {i} empty or out of range"
+        );
+        // SAFETY: i < len and not a hole: the mbuf is owned by the burst and the slice
+        // borrows it.
         unsafe { raw_data(self.pkts[i]) }
     }
 
     /// Writable first-segment data of packet `i`.
     #[inline(always)]
     pub fn data_mut(&mut self, i: usize) -> &mut [u8] {
-        assert!(i < self.len, "burst index {i} out of range {}", self.len);
-        // SAFETY: i < len; exclusive borrow of the burst gives exclusive data access.
+        assert!(
+            i < self.len && !self.pkts[i].is_null(),
+            "burst slot {i} empty or out of range"
+        );
+        // SAFETY: i < len and not a hole; exclusive borrow of the burst gives exclusive
+        // data access.
         unsafe { raw_data_mut(self.pkts[i]) }
     }
 }

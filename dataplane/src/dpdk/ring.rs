@@ -12,24 +12,20 @@ pub struct Ring {
     ptr: NonNull<ferrule_ffi::rte_ring>,
 }
 
-// SAFETY: rte_ring is a lockless multi-producer/multi-consumer queue built for use
-// from several threads (unless created single-producer/consumer, see `new`).
+// SAFETY: every Ring is created multi-producer/multi-consumer (`new`), a lockless
+// queue built for use from several threads.
 unsafe impl Send for Ring {}
 // SAFETY: as above.
 unsafe impl Sync for Ring {}
 
 impl Ring {
-    /// Creates a ring holding up to `size - 1` mbufs (`size` a power of two). With
-    /// `single` true it is single-producer/single-consumer: one thread on each side.
-    pub fn new(name: &str, size: u32, single: bool) -> Result<Ring, DpdkError> {
+    /// Creates a multi-producer/multi-consumer ring holding up to `size - 1` mbufs
+    /// (`size` a power of two).
+    pub fn new(name: &str, size: u32) -> Result<Ring, DpdkError> {
         let cname = CString::new(name)
             .map_err(|_| DpdkError::new(format!("ring {name:?}: NUL in name"), 22))?;
-        let flags = if single {
-            ferrule_ffi::RING_F_SP_ENQ | ferrule_ffi::RING_F_SC_DEQ
-        } else {
-            0
-        };
-        // SAFETY: cname is valid for the call; SOCKET_ID_ANY is -1.
+        let flags = 0; // MP/MC: safe to share, which `Sync` promises
+                       // SAFETY: cname is valid for the call; SOCKET_ID_ANY is -1.
         let ptr = unsafe { ferrule_ffi::rte_ring_create(cname.as_ptr(), size, -1, flags) };
         NonNull::new(ptr)
             .map(|ptr| Ring { ptr })

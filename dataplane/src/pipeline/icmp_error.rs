@@ -27,7 +27,12 @@ pub fn allowed(parsed: &Parsed, original: &[u8]) -> bool {
         IpAddr::V4(a) => !(a.is_multicast() || a.is_broadcast() || a.is_unspecified()),
         IpAddr::V6(a) => !(a.is_multicast() || a.is_unspecified()),
     };
-    if !src_ok {
+    // Nor about a packet sent to a multicast or broadcast address (RFC 1812 4.3.2.7).
+    let dst_ok = match parsed.key.dst_ip() {
+        IpAddr::V4(a) => !(a.is_multicast() || a.is_broadcast()),
+        IpAddr::V6(a) => !a.is_multicast(),
+    };
+    if !src_ok || !dst_ok {
         return false;
     }
     let proto = IpProtocol(parsed.key.proto);

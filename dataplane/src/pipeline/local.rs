@@ -30,6 +30,14 @@ pub fn arp<T: Tracer>(port: &PortState, frame: &mut [u8], t: &mut T) -> Action {
     let Ok(mut arp) = ArpPacket::new_checked(&mut *l3) else {
         return Action::Drop(DropReason::Malformed);
     };
+    if !arp.is_ethernet_ipv4() {
+        trace!(
+            t,
+            Stage::Local,
+            "arp for a hardware/protocol other than Ethernet/IPv4"
+        );
+        return Action::Drop(DropReason::Malformed);
+    }
     let op = arp.operation();
     let target = arp.target_protocol_addr();
     let sender_ip = arp.source_protocol_addr();
@@ -224,10 +232,24 @@ fn neighbor_solicit<T: Tracer>(
     let mut tb = [0u8; 16];
     tb.copy_from_slice(target_bytes);
     let target = Ipv6Addr::from(tb);
-    let src = match parsed.key.src_ip() {
-        IpAddr::V6(a) => a,
-        IpAddr::V4(_) => return Action::Drop(DropReason::Malformed),
+    let (src, dst_ip) = match (parsed.key.src_ip(), parsed.key.dst_ip()) {
+        (IpAddr::V6(s), IpAddr::V6(d)) => (s, d),
+        _ => return Action::Drop(DropReason::Malformed),
     };
+    // RFC 4861 7.1.1: code 0 and a valid checksum.
+    let icmp_end = (parsed.l3_offset + parsed.l3_len).min(frame.len());
+    let Some(icmp) = frame.get(l4..icmp_end) else {
+        return Action::Drop(DropReason::Malformed);
+    };
+    let sum = checksum::pseudo_header_v6(src, dst_ip, IpProtocol::ICMPV6, icmp.len() as u32);
+    if icmp.get(1) != Some(&0) || checksum::combine(&[sum, checksum::data(icmp)]) != 0xffff {
+        trace!(
+            t,
+            Stage::Local,
+            "neighbour solicitation with a bad code or checksum"
+        );
+        return Action::Drop(DropReason::Malformed);
+    }
     if !port.owns_v6(target) {
         trace!(
             t,
@@ -246,20 +268,25 @@ fn neighbor_solicit<T: Tracer>(
         );
         return Action::Drop(DropReason::LocalUnhandled);
     }
-    // NA with a target link-layer address option: 24 + 8 bytes of ICMPv6.
-    const NA_LEN: usize = 32;
-    if frame.len() < l4 + NA_LEN {
+    // NA with a target link-layer address option: 24 + 8 bytes of ICMPv6. A unicast
+    // solicitation too short to be rewritten into that may be answered without the
+    // option (RFC 4861 7.2.4); a multicast one needs it.
+    let na_len = if frame.len() >= l4 + 32 {
+        32
+    } else if frame.len() >= l4 + 24 && !dst_ip.is_multicast() {
+        24
+    } else {
         return Action::Drop(DropReason::Malformed);
-    }
+    };
     turn_around_l2(port, frame);
     {
         let mut ip = Ipv6Packet::new_unchecked(&mut frame[parsed.l3_offset..]);
         ip.set_src_addr(target);
         ip.set_dst_addr(src);
         ip.set_hop_limit(255);
-        ip.set_payload_len((l4 - parsed.l3_offset - 40 + NA_LEN) as u16);
+        ip.set_payload_len((l4 - parsed.l3_offset - 40 + na_len) as u16);
     }
-    let na = &mut frame[l4..l4 + NA_LEN];
+    let na = &mut frame[l4..l4 + na_len];
     na[0] = ICMPV6_NA;
     na[1] = 0;
     na[2] = 0;
@@ -268,10 +295,12 @@ fn neighbor_solicit<T: Tracer>(
     let router = if port.role == PortRole::Pod { 0x80 } else { 0 };
     na[4..8].copy_from_slice(&[router | 0x40 | 0x20, 0, 0, 0]);
     na[8..24].copy_from_slice(&target.octets());
-    na[24] = 2; // target link-layer address
-    na[25] = 1; // length in units of 8 bytes
-    na[26..32].copy_from_slice(port.mac.as_bytes());
-    let sum = checksum::pseudo_header_v6(target, src, IpProtocol::ICMPV6, NA_LEN as u32);
+    if na_len == 32 {
+        na[24] = 2; // target link-layer address
+        na[25] = 1; // length in units of 8 bytes
+        na[26..32].copy_from_slice(port.mac.as_bytes());
+    }
+    let sum = checksum::pseudo_header_v6(target, src, IpProtocol::ICMPV6, na_len as u32);
     let csum = !checksum::combine(&[sum, checksum::data(na)]);
     na[2..4].copy_from_slice(&csum.to_be_bytes());
     // Anything after the NA (the solicitation's longer options) is now padding.

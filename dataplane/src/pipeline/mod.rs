@@ -303,9 +303,13 @@ fn front<T: Tracer>(
 
     // l2: frames must be for us: our MAC, broadcast (ARP), or IPv6 multicast (ND).
     let dst_mac = EthernetFrame::new_unchecked(&*frame).dst_addr();
+    // A multicast frame is taken only for an IPv6 multicast destination (ND): a
+    // unicast packet in a multicast frame was not sent to us to route.
     let l2_ok = dst_mac == port.mac
         || (dst_mac.is_broadcast() && parsed.is_arp())
-        || (dst_mac.is_multicast() && parsed.is_ipv6());
+        || (dst_mac.is_multicast()
+            && parsed.is_ipv6()
+            && matches!(parsed.key.dst_ip(), IpAddr::V6(a) if a.is_multicast()));
     if !l2_ok {
         trace!(
             t,
@@ -333,6 +337,17 @@ fn front<T: Tracer>(
         return Err(action);
     }
     if parsed.ttl <= 1 {
+        // Rare: only here is it worth a route lookup to see whether the packet is for
+        // one of Ferrule's addresses on another port, which takes it whatever its TTL.
+        if let Some((_, NextHopEntry::Local)) = snap.route(port.network, parsed.key.dst_ip()) {
+            trace!(
+                t,
+                Stage::Route,
+                "{} is one of Ferrule's addresses",
+                parsed.key.dst_ip()
+            );
+            return Err(local::answer(port, &parsed, frame, t));
+        }
         trace!(
             t,
             Stage::Ttl,
