@@ -86,6 +86,9 @@ pub struct DataplaneSection {
     pub tx_desc: u16,
     pub idle_sleep_us: u32,
     pub link_poll_ms: u64,
+    /// Learned neighbours are forgotten this long after their last answer; they are
+    /// asked again from four fifths of it on.
+    pub neighbor_max_age_s: u32,
 }
 
 /// `[log]`.
@@ -352,6 +355,7 @@ struct RawDataplane {
     tx_desc: Spanned<u16>,
     idle_sleep_us: Spanned<u32>,
     link_poll_ms: Spanned<u64>,
+    neighbor_max_age_s: Spanned<u32>,
 }
 
 impl Default for RawDataplane {
@@ -364,6 +368,7 @@ impl Default for RawDataplane {
             tx_desc: Spanned::new(0..0, 1024),
             idle_sleep_us: Spanned::new(0..0, 0),
             link_poll_ms: Spanned::new(0..0, 1000),
+            neighbor_max_age_s: Spanned::new(0..0, 300),
         }
     }
 }
@@ -1158,6 +1163,14 @@ impl RawDataplane {
                 "must be at least 1",
             ));
         }
+        let age = *self.neighbor_max_age_s.get_ref();
+        if !(2..=86_400).contains(&age) {
+            return Err(ctx.err(
+                self.neighbor_max_age_s.span(),
+                "dataplane.neighbor_max_age_s",
+                format!("{age} is outside 2..=86400"),
+            ));
+        }
         Ok(DataplaneSection {
             burst_size: burst,
             mbufs,
@@ -1166,6 +1179,7 @@ impl RawDataplane {
             tx_desc: *self.tx_desc.get_ref(),
             idle_sleep_us: idle,
             link_poll_ms: poll,
+            neighbor_max_age_s: age,
         })
     }
 }

@@ -281,3 +281,38 @@ fn kernel_stacks_reach_the_gateway_each_other_and_the_router() {
     assert_eq!(d.terminate().code(), Some(0), "{}", d.log_text());
     assert!(leftovers(&prefix).is_empty(), "{:?}", leftovers(&prefix));
 }
+
+fn neighbor(d: &Ferruled, ip: &str) -> Option<Value> {
+    let n = d.ctl_json(&["neigh", "dump"]);
+    n["neighbors"]
+        .as_array()?
+        .iter()
+        .find(|e| e["ip"] == ip)
+        .cloned()
+}
+
+#[test]
+fn live_neighbours_are_refreshed_and_dead_ones_expire() {
+    let topo = Topology::up("n");
+    let prefix = unique_prefix("neigh");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wrapper = vec!["ip".into(), "netns".into(), "exec".into(), topo.ns("fr")];
+    let cfg = config(&prefix).replacen("[dataplane]\n", "[dataplane]\nneighbor_max_age_s = 3\n", 1);
+    let mut d = Ferruled::start_wrapped(dir, &cfg, &prefix, &wrapper).expect("start ferruled");
+    let o = ping(&topo, "pa", &["-c", "1", "192.0.2.1"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(neighbor(&d, "192.0.2.1").is_some());
+    // No traffic for twice the maximum age: the router answers the refreshes.
+    std::thread::sleep(std::time::Duration::from_secs(6));
+    let n = neighbor(&d, "192.0.2.1").expect("still known");
+    assert!(n["age_secs"].as_f64().unwrap_or(99.0) < 3.0, "{n}");
+    // The router goes away: its entry expires.
+    let o = topo.run("rt", &["ip", "link", "set", "eth0", "down"]);
+    assert!(o.status.success());
+    std::thread::sleep(std::time::Duration::from_secs(5));
+    assert!(
+        neighbor(&d, "192.0.2.1").is_none(),
+        "a dead neighbour expires"
+    );
+    assert_eq!(d.terminate().code(), Some(0), "{}", d.log_text());
+}

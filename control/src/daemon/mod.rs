@@ -30,11 +30,6 @@ const PUNT_QUEUE: usize = 4096;
 const TRACE_QUEUE: usize = 1024;
 /// Captured packets kept for `trace.dump`.
 const TRACE_KEEP: usize = 1000;
-/// Learned neighbours are forgotten after this long without a new answer.
-const NEIGHBOR_MAX_AGE: Duration = Duration::from_secs(300);
-/// Learned neighbours older than this are asked again (once a second) before they
-/// expire, so traffic to a live neighbour is never held for re-resolution.
-const NEIGHBOR_REFRESH: Duration = Duration::from_secs(240);
 
 /// Whether devargs name a PCI device rather than a vdev.
 pub fn is_pci(devargs: &str) -> bool {
@@ -98,8 +93,15 @@ pub struct Daemon {
     control_counters: WorkerCounters,
     traces: VecDeque<api::TracedPacket>,
     link_poll: Duration,
+    /// Learned neighbours are forgotten this long after their last answer...
+    neighbor_max_age: Duration,
+    /// ...and asked again (once a second) from this age on, so traffic to a live
+    /// neighbour is never held for re-resolution.
+    neighbor_refresh: Duration,
     last_link_poll: Instant,
     last_aging: Instant,
+    /// When each learned neighbour was last asked again (at most once a second).
+    refreshed: std::collections::HashMap<(u16, std::net::IpAddr), Instant>,
     ports: Vec<PortRuntime>,
     pool: Arc<Mempool>,
     eal: Eal,
@@ -288,8 +290,12 @@ impl Daemon {
             control_counters: WorkerCounters::default(),
             traces: VecDeque::new(),
             link_poll: Duration::from_millis(cfg.dataplane.link_poll_ms),
+            neighbor_max_age: Duration::from_secs(u64::from(cfg.dataplane.neighbor_max_age_s)),
+            neighbor_refresh: Duration::from_secs(u64::from(cfg.dataplane.neighbor_max_age_s)) * 4
+                / 5,
             last_link_poll: Instant::now(),
             last_aging: Instant::now(),
+            refreshed: std::collections::HashMap::new(),
             ports,
             pool,
             eal,
@@ -552,10 +558,10 @@ impl Service for Daemon {
             self.last_link_poll = now;
             self.poll_links();
         }
-        if now.duration_since(self.last_aging) >= Duration::from_secs(1) {
+        if now.duration_since(self.last_aging) >= Duration::from_millis(100) {
             self.last_aging = now;
-            self.refresh_neighbors(NEIGHBOR_REFRESH);
-            if self.fib.age_neighbors(NEIGHBOR_MAX_AGE) > 0 {
+            self.refresh_neighbors(self.neighbor_refresh);
+            if self.fib.age_neighbors(self.neighbor_max_age) > 0 {
                 self.publish();
             }
         }

@@ -104,18 +104,28 @@ impl Daemon {
         }
     }
 
-    /// Asks again, once per call, for every learned neighbour older than `age`; an
-    /// answer refreshes it (it is known, so the answer is learned).
+    /// Asks again, at most once a second each, every learned neighbour older than
+    /// `age`; an answer refreshes it (it is known, so the answer is learned).
     pub(super) fn refresh_neighbors(&mut self, age: std::time::Duration) {
+        let now = Instant::now();
+        let refreshed = &self.refreshed;
         let due: Vec<((u16, IpAddr), u16)> = self
             .fib
             .neighbors()
             .filter(|(_, n)| !n.is_static && n.updated.elapsed() >= age)
+            .filter(|(k, _)| {
+                refreshed
+                    .get(k)
+                    .is_none_or(|t| now.duration_since(*t).as_secs() >= 1)
+            })
             .map(|(&k, n)| (k, n.port))
             .collect();
         for (key, port) in due {
+            self.refreshed.insert(key, now);
             self.send_request(key, port);
         }
+        let fib = &self.fib;
+        self.refreshed.retain(|k, _| fib.neighbor(*k).is_some());
     }
 
     /// Re-sends due requests and drops packets whose neighbour never answered.

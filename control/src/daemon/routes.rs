@@ -187,7 +187,7 @@ impl Daemon {
                 port: port_name(n.port),
                 state: if n.is_static {
                     "static".into()
-                } else if n.updated.elapsed() > super::NEIGHBOR_MAX_AGE / 2 {
+                } else if n.updated.elapsed() > self.neighbor_max_age / 2 {
                     "stale".into()
                 } else {
                     "reachable".into()
