@@ -217,6 +217,22 @@ impl Daemon {
             err,
         })?;
 
+        // Mbufs the receive rings keep filled, plus what the punt, hold and inject
+        // queues may hold at once: fewer than that and receive can run dry under a
+        // resolution storm.
+        let rx_held: u32 = cfg
+            .ports
+            .iter()
+            .map(|p| u32::from(p.rx_queues) * u32::from(cfg.dataplane.rx_desc))
+            .sum();
+        let queued = (PUNT_QUEUE + crate::resolver::MAX_HELD_TOTAL + 1024) as u32;
+        if cfg.dataplane.mbufs < rx_held + queued {
+            tracing::warn!(
+                mbufs = cfg.dataplane.mbufs,
+                needed = rx_held + queued,
+                "dataplane.mbufs is below what receive rings and control queues may hold at once"
+            );
+        }
         let worker_lcores = lcore::worker_lcores();
         let n_workers = worker_lcores.len().max(1) as u16;
         let mut ports = Vec::with_capacity(cfg.ports.len());
