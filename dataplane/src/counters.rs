@@ -24,7 +24,8 @@ pub enum DropReason {
     ArpIgnored,
     /// TTL or hop limit exhausted (an ICMP time exceeded went back).
     TtlExceeded,
-    /// No route to the destination in the input port's network.
+    /// No route to the destination in the input port's network (an ICMP destination
+    /// unreachable went back when allowed).
     NoRoute,
     /// The destination matched a blackhole route.
     Blackhole,
