@@ -1,6 +1,7 @@
 //! `ferrule-dataplane`: everything a packet touches. Pure packet logic that unit-tests
 //! on byte slices without the EAL, plus the DPDK I/O layer (feature `dpdk`).
 
+pub mod acl;
 pub mod counters;
 pub mod flow;
 pub mod lpm;
