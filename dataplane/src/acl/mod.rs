@@ -16,10 +16,12 @@
 
 #![forbid(unsafe_code)]
 
+pub mod bitvector;
 pub mod classbench;
 pub mod reference;
 pub mod rule;
 
+pub use bitvector::{BitVectorClassifier, ClassifierError};
 pub use reference::LinearClassifier;
 pub use rule::{Action, PacketKey, PortRange, Prefix, Proto, Rule, RuleError, RuleField};
 

@@ -4,7 +4,7 @@
 
 use clap::{Parser, ValueEnum};
 use ferrule_dataplane::acl::classbench::{self, LoadError};
-use ferrule_dataplane::acl::{Classifier, LinearClassifier, PacketKey, Rule};
+use ferrule_dataplane::acl::{BitVectorClassifier, Classifier, LinearClassifier, PacketKey, Rule};
 use std::hint::black_box;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
@@ -56,6 +56,8 @@ struct Args {
 enum Algorithm {
     /// The linear reference: scans the rules in order (the correctness oracle).
     Linear,
+    /// The aggregated bit vector classifier (IPv6 keys fall back to a linear scan).
+    Abv,
 }
 
 impl Algorithm {
@@ -63,6 +65,13 @@ impl Algorithm {
     fn build(self, rules: Vec<Rule>) -> Box<dyn Classifier> {
         match self {
             Self::Linear => Box::new(LinearClassifier::new(rules)),
+            Self::Abv => match BitVectorClassifier::new(&rules) {
+                Ok(classifier) => Box::new(classifier),
+                Err(err) => {
+                    eprintln!("ferrule-aclbench: cannot build abv: {err}");
+                    std::process::exit(2);
+                }
+            },
         }
     }
 }
