@@ -494,6 +494,28 @@ impl Ctx<'_> {
         )
     }
 
+    /// The value of a numeric key, or an error naming the key, its line and the range.
+    fn in_range<T>(
+        &self,
+        v: &Spanned<T>,
+        key: &str,
+        range: std::ops::RangeInclusive<T>,
+    ) -> Result<T, ConfigError>
+    where
+        T: Copy + PartialOrd + std::fmt::Display,
+    {
+        let x = *v.get_ref();
+        if range.contains(&x) {
+            Ok(x)
+        } else {
+            Err(self.err(
+                v.span(),
+                key,
+                format!("{x} is outside {}..={}", range.start(), range.end()),
+            ))
+        }
+    }
+
     fn err(&self, span: Range<usize>, key: &str, message: impl Into<String>) -> ConfigError {
         ConfigError {
             source_name: self.source_name.to_string(),
@@ -637,22 +659,8 @@ impl RawConfig {
                     }
                 },
             };
-            let mtu = *p.mtu.get_ref();
-            if !(68..=9600).contains(&mtu) {
-                return Err(ctx.err(
-                    p.mtu.span(),
-                    &key("mtu"),
-                    format!("{mtu} is outside 68..=9600"),
-                ));
-            }
-            let rxq = *p.rx_queues.get_ref();
-            if !(1..=16).contains(&rxq) {
-                return Err(ctx.err(
-                    p.rx_queues.span(),
-                    &key("rx_queues"),
-                    format!("{rxq} is outside 1..=16"),
-                ));
-            }
+            let mtu = ctx.in_range(&p.mtu, &key("mtu"), 68..=9600)?;
+            let rxq = ctx.in_range(&p.rx_queues, &key("rx_queues"), 1..=16)?;
             let network = net_index(&p.network, &key("network"))?;
             let (pod_ips, pod_mac, addresses) = validate_port_addressing(p, i, ctx)?;
             ports.push(PortConfig {
@@ -1085,14 +1093,11 @@ impl RawEal {
 
 impl RawControl {
     fn validate(self, ctx: &Ctx) -> Result<ControlSection, ConfigError> {
-        let max = *self.max_request_bytes.get_ref();
-        if !(1024..=64 << 20).contains(&max) {
-            return Err(ctx.err(
-                self.max_request_bytes.span(),
-                "control.max_request_bytes",
-                format!("{max} is outside 1024..=67108864"),
-            ));
-        }
+        let max = ctx.in_range(
+            &self.max_request_bytes,
+            "control.max_request_bytes",
+            1024..=64 << 20,
+        )?;
         let clients = *self.max_clients.get_ref();
         if clients == 0 {
             return Err(ctx.err(
@@ -1111,14 +1116,7 @@ impl RawControl {
 
 impl RawDataplane {
     fn validate(self, ctx: &Ctx) -> Result<DataplaneSection, ConfigError> {
-        let burst = *self.burst_size.get_ref();
-        if !(1..=MAX_BURST_SIZE).contains(&burst) {
-            return Err(ctx.err(
-                self.burst_size.span(),
-                "dataplane.burst_size",
-                format!("{burst} is outside 1..={MAX_BURST_SIZE}"),
-            ));
-        }
+        let burst = ctx.in_range(&self.burst_size, "dataplane.burst_size", 1..=MAX_BURST_SIZE)?;
         let mbufs = *self.mbufs.get_ref();
         if mbufs < 1024 {
             return Err(ctx.err(
@@ -1127,15 +1125,8 @@ impl RawDataplane {
                 format!("{mbufs} is below 1024"),
             ));
         }
-        for (v, key) in [
-            (&self.rx_desc, "dataplane.rx_desc"),
-            (&self.tx_desc, "dataplane.tx_desc"),
-        ] {
-            let n = *v.get_ref();
-            if !(64..=16384).contains(&n) {
-                return Err(ctx.err(v.span(), key, format!("{n} is outside 64..=16384")));
-            }
-        }
+        let rx_desc = ctx.in_range(&self.rx_desc, "dataplane.rx_desc", 64..=16384)?;
+        let tx_desc = ctx.in_range(&self.tx_desc, "dataplane.tx_desc", 64..=16384)?;
         let cache = *self.mbuf_cache.get_ref();
         // DPDK's limits: at most 512 per lcore, and the pool at least 1.5 times the cache.
         if cache > 512 || u64::from(cache) * 3 > u64::from(mbufs) * 2 {
@@ -1163,20 +1154,17 @@ impl RawDataplane {
                 "must be at least 1",
             ));
         }
-        let age = *self.neighbor_max_age_s.get_ref();
-        if !(2..=86_400).contains(&age) {
-            return Err(ctx.err(
-                self.neighbor_max_age_s.span(),
-                "dataplane.neighbor_max_age_s",
-                format!("{age} is outside 2..=86400"),
-            ));
-        }
+        let age = ctx.in_range(
+            &self.neighbor_max_age_s,
+            "dataplane.neighbor_max_age_s",
+            2..=86_400,
+        )?;
         Ok(DataplaneSection {
             burst_size: burst,
             mbufs,
             mbuf_cache: cache,
-            rx_desc: *self.rx_desc.get_ref(),
-            tx_desc: *self.tx_desc.get_ref(),
+            rx_desc,
+            tx_desc,
             idle_sleep_us: idle,
             link_poll_ms: poll,
             neighbor_max_age_s: age,
