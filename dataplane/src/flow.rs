@@ -76,6 +76,34 @@ impl FlowKey {
         }
     }
 
+    /// A key from two addresses of one family; `None` when the families differ.
+    pub fn from_ips(
+        network: u16,
+        proto: u8,
+        src: IpAddr,
+        dst: IpAddr,
+        sport: u16,
+        dport: u16,
+    ) -> Option<Self> {
+        match (src, dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => Some(Self::v4(network, proto, s, d, sport, dport)),
+            (IpAddr::V6(s), IpAddr::V6(d)) => Some(Self::v6(network, proto, s, d, sport, dport)),
+            _ => None,
+        }
+    }
+
+    /// The IPv4 source address as a host-order number (meaningful for IPv4 keys).
+    #[inline]
+    pub fn src_v4(&self) -> u32 {
+        u32::from_be_bytes([self.src[12], self.src[13], self.src[14], self.src[15]])
+    }
+
+    /// The IPv4 destination address as a host-order number (meaningful for IPv4 keys).
+    #[inline]
+    pub fn dst_v4(&self) -> u32 {
+        u32::from_be_bytes([self.dst[12], self.dst[13], self.dst[14], self.dst[15]])
+    }
+
     /// Source address.
     pub fn src_ip(&self) -> IpAddr {
         to_ip(self.family, self.src)

@@ -4,11 +4,11 @@
 
 use ferrule_dataplane::acl::classbench;
 use ferrule_dataplane::acl::{
-    Action, BitVectorClassifier, Classifier, LinearClassifier, PacketKey, PortRange, Prefix, Proto,
+    Action, BitVectorClassifier, Classifier, FlowKey, LinearClassifier, PortRange, Prefix, Proto,
     Rule, NO_MATCH,
 };
 use proptest::prelude::*;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 
 /// Base addresses rules and keys are drawn around, so prefixes overlap.
@@ -116,7 +116,7 @@ fn v4_bounds(prefix: &Prefix) -> Vec<u64> {
 }
 
 /// Keys built from rule boundaries, chosen by `picks`.
-fn boundary_keys(rules: &[Rule], picks: &[(usize, [u16; 6])], v6: bool) -> Vec<PacketKey> {
+fn boundary_keys(rules: &[Rule], picks: &[(usize, [u16; 6])], v6: bool) -> Vec<FlowKey> {
     if rules.is_empty() {
         return Vec::new();
     }
@@ -143,27 +143,28 @@ fn boundary_keys(rules: &[Rule], picks: &[(usize, [u16; 6])], v6: bool) -> Vec<P
                 Proto::Number(n) => n.wrapping_add(((choice[4] >> 4) % 3) as u8).wrapping_sub(1),
                 Proto::Masked { value, mask } => (value & mask) | ((choice[4] >> 4) as u8 & !mask),
             };
-            let mut key = PacketKey {
-                src: IpAddr::V4(Ipv4Addr::from(src as u32)),
-                dst: IpAddr::V4(Ipv4Addr::from(dst as u32)),
+            let key = FlowKey::v4(
+                0,
                 proto,
-                src_port: src_port as u16,
-                dst_port: dst_port as u16,
-            };
-            if v6 {
+                Ipv4Addr::from(src as u32),
+                Ipv4Addr::from(dst as u32),
+                src_port as u16,
+                dst_port as u16,
+            );
+            if v6 && choice[5] % 4 != 3 {
+                // An IPv6 key: both addresses IPv6 (a flow is of one family).
                 let v6_addr = |c: u16| {
                     let base = if c & 1 == 0 { 0x2001_0db8u128 << 96 } else { 1 };
-                    IpAddr::V6(Ipv6Addr::from(base ^ u128::from(c >> 1)))
+                    Ipv6Addr::from(base ^ u128::from(c >> 1))
                 };
-                match choice[5] % 4 {
-                    0 => key.src = v6_addr(choice[5] >> 2),
-                    1 => key.dst = v6_addr(choice[5] >> 2),
-                    2 => {
-                        key.src = v6_addr(choice[5] >> 2);
-                        key.dst = v6_addr(choice[5] >> 3);
-                    }
-                    _ => {}
-                }
+                return FlowKey::v6(
+                    0,
+                    proto,
+                    v6_addr(choice[5] >> 2),
+                    v6_addr(choice[5] >> 3),
+                    key.src_port,
+                    key.dst_port,
+                );
             }
             key
         })
@@ -171,7 +172,7 @@ fn boundary_keys(rules: &[Rule], picks: &[(usize, [u16; 6])], v6: bool) -> Vec<P
 }
 
 /// Classifies `keys` with both classifiers, in odd-sized batches.
-fn check(rules: Vec<Rule>, keys: &[PacketKey]) -> Result<(), TestCaseError> {
+fn check(rules: Vec<Rule>, keys: &[FlowKey]) -> Result<(), TestCaseError> {
     let abv = BitVectorClassifier::new(&rules).map_err(|e| TestCaseError::fail(e.to_string()))?;
     let linear = LinearClassifier::new(rules);
     let mut got = vec![0u32; keys.len()];
@@ -203,13 +204,9 @@ proptest! {
             (any::<u32>(), any::<u32>(), any::<u8>(), any::<u16>(), any::<u16>()), 20),
     ) {
         let mut keys = boundary_keys(&rules, &picks, false);
-        keys.extend(random.into_iter().map(|(s, d, proto, src_port, dst_port)| PacketKey {
-            src: IpAddr::V4(Ipv4Addr::from(s)),
-            dst: IpAddr::V4(Ipv4Addr::from(d)),
-            proto,
-            src_port,
-            dst_port,
-        }));
+        keys.extend(random.into_iter().map(|(s, d, proto, src_port, dst_port)| FlowKey::v4(
+            0, proto, Ipv4Addr::from(s), Ipv4Addr::from(d), src_port, dst_port,
+        )));
         check(rules, &keys)?;
     }
 
@@ -239,24 +236,21 @@ fn wide_and_exact_rules_at_the_edges() {
     rules.push(zero);
     rules.push(Rule::any(Action::Permit));
     let abv = BitVectorClassifier::new(&rules).unwrap();
-    let key = |src: [u8; 4], dst: [u8; 4], proto, dst_port| PacketKey {
-        src: IpAddr::V4(Ipv4Addr::from(src)),
-        dst: IpAddr::V4(Ipv4Addr::from(dst)),
-        proto,
-        src_port: 0,
-        dst_port,
+    let key = |src: [u8; 4], dst: [u8; 4], proto, dst_port| {
+        FlowKey::v4(
+            0,
+            proto,
+            Ipv4Addr::from(src),
+            Ipv4Addr::from(dst),
+            0,
+            dst_port,
+        )
     };
     assert_eq!(abv.classify(&key([255; 4], [1; 4], 6, 65535)), Some(0));
     assert_eq!(abv.classify(&key([255; 4], [1; 4], 6, 65534)), Some(2));
     assert_eq!(abv.classify(&key([1; 4], [0; 4], 0x81, 0)), Some(1));
     assert_eq!(abv.classify(&key([1; 4], [0; 4], 0x7f, 0)), Some(2));
-    let v6 = PacketKey {
-        src: IpAddr::V6(Ipv6Addr::LOCALHOST),
-        dst: IpAddr::V6(Ipv6Addr::LOCALHOST),
-        proto: 6,
-        src_port: 0,
-        dst_port: 65535,
-    };
+    let v6 = FlowKey::v6(0, 6, Ipv6Addr::LOCALHOST, Ipv6Addr::LOCALHOST, 0, 65535);
     assert_eq!(abv.classify(&v6), Some(2));
 }
 

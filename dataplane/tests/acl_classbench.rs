@@ -2,7 +2,7 @@
 //! results on the shared ClassBench sets (`../shared/data/classbench/`, beside the repo).
 
 use ferrule_dataplane::acl::classbench::{self, LoadError};
-use ferrule_dataplane::acl::{Classifier, LinearClassifier, PacketKey, NO_MATCH};
+use ferrule_dataplane::acl::{Classifier, FlowKey, LinearClassifier, NO_MATCH};
 use std::path::PathBuf;
 
 /// The shared ClassBench directory; fails loudly when it is missing.
@@ -35,7 +35,7 @@ fn check_set(set: &str, limit: usize) {
         expected.len(),
         "{set}: trace and expected lengths"
     );
-    let trace: &[PacketKey] = &trace[..limit.min(trace.len())];
+    let trace: &[FlowKey] = &trace[..limit.min(trace.len())];
 
     let classifier = LinearClassifier::new(rules);
     let mut out = vec![0u32; trace.len()];

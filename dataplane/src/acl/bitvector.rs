@@ -19,10 +19,10 @@
 //! first-match scan of the rules that can match it (every rule not IPv4 on both
 //! prefixes), so mixed IPv4/IPv6 rule sets classify correctly, IPv6 keys at linear speed.
 
-use super::rule::{PacketKey, PortRange, Prefix, Rule};
-use super::{Classifier, NO_MATCH};
+use super::rule::{PortRange, Prefix, Rule};
+use super::{Classifier, FlowKey, NO_MATCH};
+use crate::flow::Family;
 use rustc_hash::FxHashMap;
-use std::net::IpAddr;
 
 /// The most memory one field's bitmaps may take before the build is refused.
 pub const MAX_FIELD_BYTES: usize = 1 << 30;
@@ -364,7 +364,7 @@ impl BitVectorClassifier {
     }
 
     /// The index of the first rule matching `key`, if any.
-    pub fn classify(&self, key: &PacketKey) -> Option<usize> {
+    pub fn classify(&self, key: &FlowKey) -> Option<usize> {
         let result = match self.ids(key) {
             Some(ids) => self.resolve(ids),
             None => self.classify_fallback(key),
@@ -374,13 +374,13 @@ impl BitVectorClassifier {
 
     /// The five bitmap ids of an IPv4 key, or `None` for a key the bitmaps do not cover.
     #[inline]
-    fn ids(&self, key: &PacketKey) -> Option<[usize; 5]> {
-        let (IpAddr::V4(src), IpAddr::V4(dst)) = (key.src, key.dst) else {
+    fn ids(&self, key: &FlowKey) -> Option<[usize; 5]> {
+        if key.family != Family::V4 {
             return None;
-        };
+        }
         Some([
-            self.src.find(u32::from(src)),
-            self.dst.find(u32::from(dst)),
+            self.src.find(key.src_v4()),
+            self.dst.find(key.dst_v4()),
             usize::from(self.src_port.table[usize::from(key.src_port)]),
             usize::from(self.dst_port.table[usize::from(key.dst_port)]),
             usize::from(self.proto_table[usize::from(key.proto)]),
@@ -410,7 +410,7 @@ impl BitVectorClassifier {
         NO_MATCH
     }
 
-    fn classify_fallback(&self, key: &PacketKey) -> u32 {
+    fn classify_fallback(&self, key: &FlowKey) -> u32 {
         self.fallback
             .iter()
             .find(|(_, rule)| rule.matches(key))
@@ -419,7 +419,7 @@ impl BitVectorClassifier {
 }
 
 impl Classifier for BitVectorClassifier {
-    fn classify_batch(&self, keys: &[PacketKey], out: &mut [u32]) {
+    fn classify_batch(&self, keys: &[FlowKey], out: &mut [u32]) {
         assert!(out.len() >= keys.len(), "output shorter than the burst");
         // Resolve every key's intervals first (independent searches overlap their
         // cache misses), then AND the bitmaps.
@@ -462,14 +462,15 @@ mod tests {
     use crate::acl::rule::{Action, Proto, RuleField};
     use std::net::Ipv4Addr;
 
-    fn key(dst: [u8; 4], proto: u8, dst_port: u16) -> PacketKey {
-        PacketKey {
-            src: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
-            dst: IpAddr::V4(Ipv4Addr::from(dst)),
+    fn key(dst: [u8; 4], proto: u8, dst_port: u16) -> FlowKey {
+        FlowKey::v4(
+            0,
             proto,
-            src_port: 1234,
+            Ipv4Addr::new(10, 0, 0, 1),
+            Ipv4Addr::from(dst),
+            1234,
             dst_port,
-        }
+        )
     }
 
     #[test]

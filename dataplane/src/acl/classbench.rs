@@ -18,7 +18,8 @@
 //! In both files, blank lines and lines starting with `#` are skipped; they take no
 //! rule index or trace slot. Errors name the 1-based line number.
 
-use super::rule::{Action, PacketKey, PortRange, Prefix, Proto, Rule, RuleField};
+use super::rule::{Action, PortRange, Prefix, Proto, Rule, RuleField};
+use super::FlowKey;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
@@ -181,14 +182,14 @@ fn protocol(token: &str) -> Result<Proto, String> {
 }
 
 /// Reads trace lines, one key per content line.
-pub fn parse_trace(text: &str) -> Result<Vec<PacketKey>, ParseError> {
+pub fn parse_trace(text: &str) -> Result<Vec<FlowKey>, ParseError> {
     content_lines(text)
         .map(|(line, content)| parse_key(content).map_err(|reason| error(line, reason)))
         .collect()
 }
 
 /// Reads one trace line (trimmed, not blank).
-fn parse_key(content: &str) -> Result<PacketKey, String> {
+fn parse_key(content: &str) -> Result<FlowKey, String> {
     let columns: Vec<&str> = content.split_whitespace().take(5).collect();
     let [src, dst, src_port, dst_port, proto] = columns[..] else {
         return Err(format!(
@@ -215,13 +216,16 @@ fn parse_key(content: &str) -> Result<PacketKey, String> {
             .ok_or_else(|| format!("{name}: bad value {token:?} (0-{max})"))
     };
     let proto = number(proto, "proto", 255)?;
-    Ok(PacketKey {
-        src: address(src, "src")?,
-        dst: address(dst, "dst")?,
-        src_port: number(src_port, "src_port", 65535)?,
-        dst_port: number(dst_port, "dst_port", 65535)?,
-        proto: u8::try_from(proto).map_err(|_| format!("proto: bad value {proto}"))?,
-    })
+    let proto = u8::try_from(proto).map_err(|_| format!("proto: bad value {proto}"))?;
+    FlowKey::from_ips(
+        0,
+        proto,
+        address(src, "src")?,
+        address(dst, "dst")?,
+        number(src_port, "src_port", 65535)?,
+        number(dst_port, "dst_port", 65535)?,
+    )
+    .ok_or_else(|| "src and dst are of different address families".to_owned())
 }
 
 /// Reads a file and parses it with `parse`, naming the file in errors.
@@ -245,7 +249,7 @@ pub fn load_rules(path: &Path) -> Result<Vec<Rule>, LoadError> {
 }
 
 /// Reads a ClassBench trace file.
-pub fn load_trace(path: &Path) -> Result<Vec<PacketKey>, LoadError> {
+pub fn load_trace(path: &Path) -> Result<Vec<FlowKey>, LoadError> {
     load(path, parse_trace)
 }
 
@@ -304,16 +308,17 @@ mod tests {
             parse_trace("# comment\n\n509600768\t2888576959\t65535\t1708\t6\t0\t649\n").unwrap();
         assert_eq!(
             keys,
-            [PacketKey {
-                src: IpAddr::V4(Ipv4Addr::from(509_600_768)),
-                dst: IpAddr::V4(Ipv4Addr::from(2_888_576_959)),
-                proto: 6,
-                src_port: 65535,
-                dst_port: 1708,
-            }]
+            [FlowKey::v4(
+                0,
+                6,
+                Ipv4Addr::from(509_600_768),
+                Ipv4Addr::from(2_888_576_959),
+                65535,
+                1708
+            )]
         );
         let v6 = parse_trace("2001:db8::1 2001:db8::2 1 2 17").unwrap();
-        assert_eq!(v6[0].src, "2001:db8::1".parse::<IpAddr>().unwrap());
+        assert_eq!(v6[0].src_ip(), "2001:db8::1".parse::<IpAddr>().unwrap());
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! Access control lists: the rendered 6-tuple [`Rule`], the [`PacketKey`] it is matched
-//! against, the [`LinearClassifier`] reference (the oracle every faster classifier is
+//! Access control lists: the rendered 6-tuple [`Rule`], the [`FlowKey`] (the pipeline's flow key) it is
+//! matched against, the [`LinearClassifier`] reference (the oracle every faster classifier is
 //! tested against) and the ClassBench file formats `dpdk-test-acl` reads.
 //!
 //! Match semantics, shared by every classifier: a rule is five independent field
@@ -21,9 +21,10 @@ pub mod classbench;
 pub mod reference;
 pub mod rule;
 
+pub use crate::flow::FlowKey;
 pub use bitvector::{BitVectorClassifier, ClassifierError};
 pub use reference::LinearClassifier;
-pub use rule::{Action, PacketKey, PortRange, Prefix, Proto, Rule, RuleError, RuleField};
+pub use rule::{Action, PortRange, Prefix, Proto, Rule, RuleError, RuleField};
 
 /// The result a batch lookup writes for a key no rule matches (`4294967295`, as printed
 /// by `dpdk-test-acl` users and the shared `*_expected` files).
@@ -36,7 +37,7 @@ pub trait Classifier {
     ///
     /// # Panics
     /// If `out` is shorter than `keys`.
-    fn classify_batch(&self, keys: &[PacketKey], out: &mut [u32]);
+    fn classify_batch(&self, keys: &[FlowKey], out: &mut [u32]);
 
     /// Bytes of memory the built classifier holds (heap and inline), for reports.
     fn memory_bytes(&self) -> usize;

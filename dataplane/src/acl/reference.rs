@@ -1,7 +1,8 @@
 //! The linear reference classifier: scans the rules in order and returns the first that
 //! matches. Slow and obviously correct; the oracle for compiled classifiers.
 
-use super::rule::{PacketKey, Rule};
+use super::rule::Rule;
+use super::FlowKey;
 use super::{Classifier, NO_MATCH};
 
 /// An ordered rule table classified by scanning it; first match wins.
@@ -22,13 +23,13 @@ impl LinearClassifier {
     }
 
     /// The index of the first rule matching `key`, if any.
-    pub fn classify(&self, key: &PacketKey) -> Option<usize> {
+    pub fn classify(&self, key: &FlowKey) -> Option<usize> {
         self.rules.iter().position(|rule| rule.matches(key))
     }
 }
 
 impl Classifier for LinearClassifier {
-    fn classify_batch(&self, keys: &[PacketKey], out: &mut [u32]) {
+    fn classify_batch(&self, keys: &[FlowKey], out: &mut [u32]) {
         assert!(out.len() >= keys.len(), "output shorter than the burst");
         for (key, slot) in keys.iter().zip(out.iter_mut()) {
             *slot = self
@@ -52,16 +53,17 @@ impl Classifier for LinearClassifier {
 mod tests {
     use super::*;
     use crate::acl::rule::{Action, PortRange, Prefix, Proto, RuleField};
-    use std::net::{IpAddr, Ipv4Addr};
+    use std::net::Ipv4Addr;
 
-    fn key(dst_port: u16) -> PacketKey {
-        PacketKey {
-            src: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
-            dst: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
-            proto: 6,
-            src_port: 1234,
+    fn key(dst_port: u16) -> FlowKey {
+        FlowKey::v4(
+            0,
+            6,
+            Ipv4Addr::new(10, 0, 0, 1),
+            Ipv4Addr::new(10, 0, 0, 2),
+            1234,
             dst_port,
-        }
+        )
     }
 
     #[test]

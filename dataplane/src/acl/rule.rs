@@ -1,7 +1,8 @@
 //! The rendered 6-tuple ACL rule (action, protocol, source and destination prefix,
 //! source and destination port range, origin), its field parsers and validation, and
-//! the [`PacketKey`] it matches.
+//! the [`FlowKey`] it matches.
 
+use crate::flow::FlowKey;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -330,23 +331,6 @@ impl fmt::Display for PortRange {
     }
 }
 
-/// The header fields a rule is matched against. For protocols without ports the port
-/// fields are whatever the extractor puts there (0 for ICMP in Ferrule); a validated
-/// rule only constrains them for tcp, udp and sctp.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct PacketKey {
-    /// Source address.
-    pub src: IpAddr,
-    /// Destination address.
-    pub dst: IpAddr,
-    /// IP protocol (IPv6: the upper-layer next header).
-    pub proto: u8,
-    /// Source port.
-    pub src_port: u16,
-    /// Destination port.
-    pub dst_port: u16,
-}
-
 /// One ACL rule: five field ranges, an action and where it came from.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Rule {
@@ -381,9 +365,9 @@ impl Rule {
     }
 
     /// Whether every field of `key` is inside this rule's range for it.
-    pub fn matches(&self, key: &PacketKey) -> bool {
-        self.src.matches(key.src)
-            && self.dst.matches(key.dst)
+    pub fn matches(&self, key: &FlowKey) -> bool {
+        self.src.matches(key.src_ip())
+            && self.dst.matches(key.dst_ip())
             && self.proto.matches(key.proto)
             && self.src_port.contains(key.src_port)
             && self.dst_port.contains(key.dst_port)
@@ -553,17 +537,11 @@ mod tests {
         IpAddr::V4(Ipv4Addr::from(a))
     }
 
-    fn key(src: IpAddr, dst: IpAddr, proto: u8, src_port: u16, dst_port: u16) -> PacketKey {
-        PacketKey {
-            src,
-            dst,
-            proto,
-            src_port,
-            dst_port,
-        }
+    fn key(src: IpAddr, dst: IpAddr, proto: u8, src_port: u16, dst_port: u16) -> FlowKey {
+        FlowKey::from_ips(0, proto, src, dst, src_port, dst_port).expect("one family")
     }
 
-    fn tcp4(src: [u8; 4], dst: [u8; 4], dst_port: u16) -> PacketKey {
+    fn tcp4(src: [u8; 4], dst: [u8; 4], dst_port: u16) -> FlowKey {
         key(v4(src), v4(dst), 6, 40000, dst_port)
     }
 
@@ -620,7 +598,13 @@ mod tests {
         assert!(!rule.matches(&k4) && rule.matches(&k6));
         // An IPv4-mapped IPv6 key is an IPv6 key.
         rule.dst = prefix("10.0.0.0/8");
-        let mapped = key(k4.src, "::ffff:10.0.0.2".parse().unwrap(), 6, 1, 80);
+        let mapped = key(
+            "::ffff:10.0.0.1".parse().unwrap(),
+            "::ffff:10.0.0.2".parse().unwrap(),
+            6,
+            1,
+            80,
+        );
         assert!(!rule.matches(&mapped));
     }
 

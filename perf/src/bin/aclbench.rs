@@ -4,7 +4,7 @@
 
 use clap::{Parser, ValueEnum};
 use ferrule_dataplane::acl::classbench::{self, LoadError};
-use ferrule_dataplane::acl::{BitVectorClassifier, Classifier, LinearClassifier, PacketKey, Rule};
+use ferrule_dataplane::acl::{BitVectorClassifier, Classifier, FlowKey, LinearClassifier, Rule};
 use std::hint::black_box;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
@@ -145,7 +145,7 @@ fn run(args: &Args) -> Result<(), Failure> {
 }
 
 /// Classifies `trace` burst by burst into `results`.
-fn classify_trace(classifier: &dyn Classifier, trace: &[PacketKey], results: &mut [u32]) {
+fn classify_trace(classifier: &dyn Classifier, trace: &[FlowKey], results: &mut [u32]) {
     for (keys, out) in trace.chunks(BURST).zip(results.chunks_mut(BURST)) {
         classifier.classify_batch(keys, out);
     }
