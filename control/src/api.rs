@@ -388,3 +388,117 @@ pub struct TraceDump {
     pub remaining: u32,
     pub packets: Vec<TracedPacket>,
 }
+
+/// ACL methods' names.
+pub mod acl_method {
+    /// Replace the whole ACL state (tables, attachments, global table).
+    pub const APPLY: &str = "acl.apply";
+    /// Tables with their rules, hit counters and attachments.
+    pub const DUMP: &str = "acl.dump";
+    /// Reset hit counters.
+    pub const CLEAR_COUNTERS: &str = "acl.clear-counters";
+}
+
+/// Result of `acl.apply`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct AclApplied {
+    /// The generation now in force (the previous one when nothing changed or for a
+    /// dry run).
+    pub generation: u64,
+    /// Whether this was a dry run (validated and compiled, not published).
+    pub dry_run: bool,
+    pub tables: usize,
+    pub rules: usize,
+    /// Tables new in this apply, by name.
+    pub added: Vec<String>,
+    /// Tables whose rules changed (recompiled).
+    pub changed: Vec<String>,
+    /// Tables no longer present.
+    pub removed: Vec<String>,
+    /// Tables kept as they were (not recompiled; counters kept).
+    pub unchanged: usize,
+    /// Whether attachments or the global table changed.
+    pub attachments_changed: bool,
+    /// Time spent compiling changed tables, in milliseconds.
+    pub compile_ms: f64,
+}
+
+/// Params of `acl.dump`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct AclDumpParams {
+    /// Only the tables applying at this port (its own and, on uplinks, the global one).
+    #[serde(default)]
+    pub port: Option<String>,
+    /// Only this table.
+    #[serde(default)]
+    pub table: Option<String>,
+}
+
+/// Packets and bytes.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Hits {
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+/// One rule of `acl.dump`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct AclRuleDump {
+    /// Position in the table (0 = first match).
+    pub index: usize,
+    pub action: String,
+    pub proto: String,
+    pub src: String,
+    pub dst: String,
+    pub src_port: String,
+    pub dst_port: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
+    pub hits: Hits,
+}
+
+/// Where a table applies.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct AclAttachment {
+    pub port: String,
+    /// `ingress` or `egress`.
+    pub direction: String,
+}
+
+/// One table of `acl.dump`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct AclTableDump {
+    pub name: String,
+    pub rules: Vec<AclRuleDump>,
+    /// Packets no rule matched (denied).
+    pub no_match: Hits,
+    pub attached: Vec<AclAttachment>,
+    /// Whether this is the global table (egress of every uplink port).
+    pub global: bool,
+    /// Bytes of the compiled classifier.
+    pub memory_bytes: usize,
+}
+
+/// Result of `acl.dump`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct AclDump {
+    pub generation: u64,
+    pub tables: Vec<AclTableDump>,
+}
+
+/// Params of `acl.clear-counters`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct AclClearParams {
+    /// Only this table's counters; all when absent.
+    #[serde(default)]
+    pub table: Option<String>,
+}
+
+/// Result of `acl.clear-counters`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct AclCleared {
+    /// Rules (and no-match counters) reset.
+    pub counters: usize,
+}

@@ -24,6 +24,8 @@ use crate::api::{
 use crate::client::{Client, ClientError};
 use crate::table::Table;
 
+pub mod acl;
+
 const LONG_ABOUT: &str = "\
 Query and control a running ferruled, Ferrule's DPDK userspace vswitch.
 
@@ -43,6 +45,8 @@ Examples:
   ferrulectl neigh dump                     ARP/ND entries, with packets held
   ferrulectl trace --in-port pod-web --proto tcp --src 10.1.0.5:40000 --dst 203.0.113.7:443
                                             Where would this packet go, and why
+  ferrulectl acl apply -f policy.yaml       Replace the ACL tables and attachments
+  ferrulectl acl dump --port pod-web        Rules applying at a port, with hit counts
   ferrulectl trace start --port uplink0 --count 10
   ferrulectl trace dump --pcap /tmp/t.pcap  Captured packets with their path
   ferrulectl --json stats | jq .totals      Raw reply, for scripts
@@ -128,6 +132,13 @@ count, like `vppctl show errors`.")]
     Neigh {
         #[command(subcommand)]
         command: NeighCommand,
+    },
+
+    /// Apply, list and reset access control lists.
+    #[command(long_about = acl::ACL_LONG_ABOUT)]
+    Acl {
+        #[command(subcommand)]
+        command: acl::AclCommand,
     },
 
     /// Trace a synthetic packet through the pipeline, or capture real ones.
@@ -447,6 +458,8 @@ through and its verdict, as `ferrulectl trace` shows for a synthetic packet. Rea
 them with `ferrulectl trace dump`.
 
 Example:
+  ferrulectl acl apply -f policy.yaml       Replace the ACL tables and attachments
+  ferrulectl acl dump --port pod-web        Rules applying at a port, with hit counts
   ferrulectl trace start --port uplink0 --count 10")]
     Start(TraceStartArgs),
 
@@ -536,6 +549,7 @@ pub fn run(cli: &Cli, out: &mut dyn Write) -> Result<(), CtlError> {
         Command::Stats => ctx.query::<Stats>(method::STATS_GET, Value::Null, render_stats),
         Command::Route { ref command } => route(&mut ctx, command),
         Command::Neigh { ref command } => neigh(&mut ctx, command),
+        Command::Acl { ref command } => acl::run(&mut ctx, command),
         Command::Trace(ref args) => trace(&mut ctx, args),
     }
 }

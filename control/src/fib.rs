@@ -4,6 +4,7 @@
 //! immutable dataplane [`Snapshot`] on every change.
 
 use crate::config::{Config, IpCidr, RouteTarget};
+use ferrule_dataplane::acl::table::AclTables;
 use ferrule_dataplane::lpm::{Lpm4, Lpm6, NextHop};
 use ferrule_dataplane::snapshot::{Neighbor, Network, NextHopEntry, PortRole, PortState, Snapshot};
 use ferrule_dataplane::wire::EthernetAddress;
@@ -124,6 +125,8 @@ pub struct Fib {
     nets: Vec<NetRoutes>,
     next_hops: NextHops,
     neighbors: BTreeMap<(u16, IpAddr), NeighborRecord>,
+    /// The ACL tables in force, published with every generation.
+    acl: Arc<AclTables>,
     generation: u64,
 }
 
@@ -209,6 +212,7 @@ impl Fib {
             nets,
             next_hops: NextHops::default(),
             neighbors: BTreeMap::new(),
+            acl: Arc::default(),
             generation: 0,
         };
         for (i, p) in cfg.ports.iter().enumerate() {
@@ -494,6 +498,11 @@ impl Fib {
         })
     }
 
+    /// Replaces the ACL tables the next generation carries.
+    pub fn set_acl(&mut self, acl: Arc<AclTables>) {
+        self.acl = acl;
+    }
+
     /// Compiles the current state into a new generation.
     pub fn snapshot(&mut self) -> Snapshot {
         self.generation += 1;
@@ -523,6 +532,7 @@ impl Fib {
                 .collect(),
             next_hops: Arc::new(self.next_hops.entries.clone()),
             neighbors: Arc::new(neighbors),
+            acl: Arc::clone(&self.acl),
         }
     }
 }

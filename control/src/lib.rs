@@ -2,6 +2,7 @@
 //! newline-delimited JSON-RPC 2.0), the versioned API types, the daemon's configuration,
 //! and the code behind the `ferruled` and `ferrulectl` binaries.
 
+pub mod acl;
 pub mod api;
 pub mod client;
 pub mod config;

@@ -3,6 +3,7 @@
 //! fast path — and each worker's block sits on its own cache lines.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 
 /// Most ports one daemon drives (DPDK's `RTE_MAX_ETHPORTS` in Debian's build).
 pub const MAX_PORTS: usize = 32;
@@ -42,11 +43,13 @@ pub enum DropReason {
     LocalUnhandled,
     /// The queue to the control thread was full.
     PuntFull,
+    /// Denied by an ACL rule, or matched no rule of an attached ACL table.
+    AclDeny,
 }
 
 impl DropReason {
     /// Number of reasons (the length of the per-worker drop array).
-    pub const COUNT: usize = 14;
+    pub const COUNT: usize = 15;
     /// All reasons, in counter order.
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::Malformed,
@@ -63,6 +66,7 @@ impl DropReason {
         DropReason::TxFull,
         DropReason::LocalUnhandled,
         DropReason::PuntFull,
+        DropReason::AclDeny,
     ];
 
     /// The name used in counters, logs, traces and the control API.
@@ -82,6 +86,7 @@ impl DropReason {
             DropReason::TxFull => "tx-full",
             DropReason::LocalUnhandled => "local-unhandled",
             DropReason::PuntFull => "punt-full",
+            DropReason::AclDeny => "acl-deny",
         }
     }
 }
@@ -164,6 +169,8 @@ pub struct WorkerCounters {
     pub drops: [Counter; DropReason::COUNT],
     /// Per-port counters, indexed by the port's index in the configuration.
     pub ports: [PortCounters; MAX_PORTS],
+    /// ACL rule hits, by counter slot.
+    pub acl: RuleCounters,
 }
 
 impl Default for WorkerCounters {
@@ -178,6 +185,7 @@ impl Default for WorkerCounters {
             punts: Counter::default(),
             drops: Default::default(),
             ports: std::array::from_fn(|_| PortCounters::default()),
+            acl: RuleCounters::default(),
         }
     }
 }
@@ -201,6 +209,76 @@ impl WorkerCounters {
             .into_iter()
             .map(|r| (r, self.drops[r as usize].get()))
             .filter(|&(_, n)| n > 0)
+    }
+}
+
+/// Counter slots per chunk of [`RuleCounters`].
+pub const RULE_CHUNK: usize = 1024;
+/// Chunks of [`RuleCounters`]: at most `RULE_CHUNK * RULE_CHUNKS` slots (rules plus one
+/// no-match slot per table) exist at once.
+pub const RULE_CHUNKS: usize = 1024;
+
+/// Packets and bytes that hit one ACL rule.
+#[derive(Debug, Default)]
+pub struct RuleCounter {
+    pub packets: Counter,
+    pub bytes: Counter,
+}
+
+/// One worker's ACL hit counters, by slot. The control thread gives every rule a slot
+/// and makes sure its chunk exists ([`RuleCounters::reserve`]) before publishing a
+/// generation that uses it; workers then only count into existing chunks. Slots are
+/// never zeroed: readers subtract a baseline, so a worker is never written to by
+/// anyone else.
+#[derive(Debug)]
+pub struct RuleCounters {
+    chunks: Box<[OnceLock<Box<[RuleCounter]>>]>,
+}
+
+impl Default for RuleCounters {
+    fn default() -> Self {
+        RuleCounters {
+            chunks: (0..RULE_CHUNKS).map(|_| OnceLock::new()).collect(),
+        }
+    }
+}
+
+impl RuleCounters {
+    /// Most slots.
+    pub const CAPACITY: usize = RULE_CHUNK * RULE_CHUNKS;
+
+    /// Allocates the chunk holding `slot` (control thread). False when out of range.
+    pub fn reserve(&self, slot: u32) -> bool {
+        let Some(chunk) = self.chunks.get(slot as usize / RULE_CHUNK) else {
+            return false;
+        };
+        chunk.get_or_init(|| (0..RULE_CHUNK).map(|_| RuleCounter::default()).collect());
+        true
+    }
+
+    /// Counts one packet of `bytes` bytes on `slot` (the owning worker only).
+    #[inline(always)]
+    pub fn hit(&self, slot: u32, bytes: u64) {
+        let slot = slot as usize;
+        if let Some(c) = self
+            .chunks
+            .get(slot / RULE_CHUNK)
+            .and_then(OnceLock::get)
+            .and_then(|chunk| chunk.get(slot % RULE_CHUNK))
+        {
+            c.packets.add(1);
+            c.bytes.add(bytes);
+        }
+    }
+
+    /// Packets and bytes counted on `slot` since the worker started.
+    pub fn get(&self, slot: u32) -> (u64, u64) {
+        let slot = slot as usize;
+        self.chunks
+            .get(slot / RULE_CHUNK)
+            .and_then(OnceLock::get)
+            .and_then(|chunk| chunk.get(slot % RULE_CHUNK))
+            .map_or((0, 0), |c| (c.packets.get(), c.bytes.get()))
     }
 }
 
@@ -235,5 +313,22 @@ mod tests {
         assert_eq!(t.rx_packets, 20);
         assert_eq!(t.drops, 14);
         assert_eq!(std::mem::align_of::<WorkerCounters>(), 128);
+    }
+
+    #[test]
+    fn rule_hits_count_only_in_reserved_chunks() {
+        let r = RuleCounters::default();
+        r.hit(5, 100);
+        assert_eq!(r.get(5), (0, 0), "no chunk yet: nothing to count into");
+        assert!(r.reserve(5));
+        r.hit(5, 100);
+        r.hit(5, 60);
+        assert_eq!(r.get(5), (2, 160));
+        assert_eq!(r.get(6), (0, 0));
+        let last = (RuleCounters::CAPACITY - 1) as u32;
+        assert!(r.reserve(last) && !r.reserve(last + 1));
+        r.hit(last, 1);
+        r.hit(last + 1, 1);
+        assert_eq!(r.get(last), (1, 1));
     }
 }

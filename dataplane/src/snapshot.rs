@@ -1,8 +1,9 @@
 //! One immutable generation of forwarding state — ports, networks (VRFs) with their
-//! route tables, next hops and neighbours — built by the control thread and read by
+//! route tables, next hops, neighbours and ACL tables — built by the control thread and read by
 //! every worker once per poll round. A new generation is published as a whole; workers
 //! never see a half-applied change.
 
+use crate::acl::table::AclTables;
 use crate::lpm::{Lpm4, Lpm6, NextHop};
 use crate::wire::EthernetAddress;
 use rustc_hash::FxHashMap;
@@ -101,6 +102,8 @@ pub struct Snapshot {
     pub next_hops: Arc<Vec<NextHopEntry>>,
     /// Resolved neighbours by (network, address).
     pub neighbors: Arc<FxHashMap<(u16, IpAddr), Neighbor>>,
+    /// ACL tables and their attachments.
+    pub acl: Arc<AclTables>,
 }
 
 impl Snapshot {
@@ -118,6 +121,7 @@ impl Snapshot {
             }],
             next_hops: Arc::new(Vec::new()),
             neighbors: Arc::new(FxHashMap::default()),
+            acl: Arc::new(AclTables::default()),
         }
     }
 

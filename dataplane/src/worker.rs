@@ -327,6 +327,9 @@ impl Ctx<'_> {
             &mut self.scratch,
             &mut NoTrace,
         );
+        for hit in self.scratch.acl_hits() {
+            self.counters.acl.hit(hit.slot, u64::from(hit.bytes));
+        }
         for (i, mut cap) in self.captures.drain(..) {
             cap.action = self.actions[i];
             // A full trace queue loses the capture, never the packet.

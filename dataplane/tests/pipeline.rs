@@ -3,7 +3,9 @@
 //! etherparse again (an independent implementation) — MACs, TTL, checksums, ICMP.
 
 use etherparse::{Icmpv4Type, Icmpv6Type, NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
-use ferrule_dataplane::counters::DropReason;
+use ferrule_dataplane::acl::table::{AclTables, Table};
+use ferrule_dataplane::acl::{self, Action as AclAction, PortRange, Prefix, Proto, Rule};
+use ferrule_dataplane::counters::{DropReason, MAX_PORTS};
 use ferrule_dataplane::lpm::{Lpm4, Lpm6};
 use ferrule_dataplane::pipeline::{
     self, icmp_error, Action, IcmpErrorKind, NoTrace, Punt, Recorder,
@@ -109,6 +111,7 @@ fn snapshot() -> Snapshot {
         }],
         next_hops: Arc::new(next_hops),
         neighbors: Arc::new(neighbors),
+        acl: Default::default(),
     }
 }
 
@@ -628,7 +631,18 @@ fn trace_records_every_stage() {
 
 #[test]
 fn a_burst_gives_the_same_verdicts_and_bytes_as_packet_by_packet() {
-    let snap = snapshot();
+    burst_equals_packet_by_packet(&snapshot());
+}
+
+#[test]
+fn with_acls_a_burst_gives_the_same_verdicts_and_hits_as_packet_by_packet() {
+    burst_equals_packet_by_packet(&acl_snapshot());
+}
+
+/// Runs a mixed burst from pod-a through `snap` as one burst and packet by packet:
+/// same actions, same rewrites, same ACL hits.
+fn burst_equals_packet_by_packet(snap: &Snapshot) {
+    let snap = snap.clone();
     let mut frames: Vec<Vec<u8>> = Vec::new();
     for i in 0..200u32 {
         let dst = match i % 7 {
@@ -662,7 +676,18 @@ fn a_burst_gives_the_same_verdicts_and_bytes_as_packet_by_packet() {
     }
     frames.truncate(pipeline::MAX_BURST);
     let mut one_by_one = frames.clone();
-    let expected: Vec<Action> = one_by_one.iter_mut().map(|f| run(&snap, 0, f)).collect();
+    let mut single = pipeline::Scratch::default();
+    let mut expected_hits = Vec::new();
+    let expected: Vec<Action> = one_by_one
+        .iter_mut()
+        .map(|f| {
+            let mut actions = [Action::Drop(DropReason::Malformed)];
+            let mut one: &mut [u8] = f;
+            pipeline::process_burst(&snap, 0, &mut one, &mut actions, &mut single, &mut NoTrace);
+            expected_hits.extend_from_slice(single.acl_hits());
+            actions[0]
+        })
+        .collect();
     let mut actions = vec![Action::Drop(DropReason::Malformed); frames.len()];
     let mut scratch = pipeline::Scratch::default();
     pipeline::process_burst(
@@ -675,6 +700,10 @@ fn a_burst_gives_the_same_verdicts_and_bytes_as_packet_by_packet() {
     );
     assert_eq!(actions, expected);
     assert_eq!(frames, one_by_one, "same rewrites");
+    let mut hits = scratch.acl_hits().to_vec();
+    hits.sort_unstable_by_key(|h| (h.slot, h.bytes));
+    expected_hits.sort_unstable_by_key(|h| (h.slot, h.bytes));
+    assert_eq!(hits, expected_hits, "same ACL hits");
     assert!(expected
         .iter()
         .any(|a| matches!(a, Action::Forward { port: 1 })));
@@ -683,6 +712,11 @@ fn a_burst_gives_the_same_verdicts_and_bytes_as_packet_by_packet() {
         .any(|a| matches!(a, Action::Forward { port: 2 })));
     assert!(expected.iter().any(|a| matches!(a, Action::Reply)));
     assert!(expected.iter().any(|a| matches!(a, Action::Punt(_))));
+    if !snap.acl.tables.is_empty() {
+        assert!(expected
+            .iter()
+            .any(|a| matches!(a, Action::Drop(DropReason::AclDeny))));
+    }
     assert!(expected
         .iter()
         .any(|a| matches!(a, Action::IcmpError { .. })));
@@ -769,4 +803,190 @@ fn neighbor_solicitations_are_checked() {
     // target link-layer option, which does not fit in place.
     let mut f = ns(false);
     assert_eq!(run(&snap, 0, &mut f), Action::Drop(DropReason::Malformed));
+}
+
+fn rule(action: AclAction, proto: Proto, dst: &str, dst_port: Option<u16>) -> Rule {
+    let mut r = Rule::any(action);
+    r.proto = proto;
+    r.dst = Prefix::parse(dst, acl::RuleField::Dst).expect("prefix");
+    if let Some(p) = dst_port {
+        r.dst_port = PortRange::single(p);
+    }
+    r
+}
+
+/// Counter slot of table `t` rule `r`: `t * 100 + r`; no match: `t * 100 + 99`.
+fn table(t: u32, name: &str, rules: Vec<Rule>) -> Arc<Table> {
+    let slots = (0..rules.len() as u32).map(|r| t * 100 + r).collect();
+    Arc::new(Table::compile(name.into(), rules, slots, t * 100 + 99).expect("compile"))
+}
+
+/// The test snapshot with ACLs: pod-a ingress denies UDP to 10.1.0.3 port 53 and
+/// UDP to 8.8.8.0/24 port 53 (the rest permitted); pod-b egress permits TCP only (the
+/// rest matches nothing: denied); uplink egress permits all, and the global table
+/// denies 1.1.1.0/24 and reflects the rest.
+fn acl_snapshot() -> Snapshot {
+    let mut snap = snapshot();
+    let any = "any";
+    let tables = vec![
+        table(
+            0,
+            "pod-a-in",
+            vec![
+                rule(AclAction::Deny, Proto::UDP, "10.1.0.3/32", Some(53)),
+                rule(AclAction::Deny, Proto::UDP, "8.8.8.0/24", Some(53)),
+                rule(AclAction::Permit, Proto::Any, any, None),
+            ],
+        ),
+        table(1, "pod-b-out", vec![rule(AclAction::Permit, Proto::TCP, any, None)]),
+        table(
+            2,
+            "uplink-out",
+            vec![rule(AclAction::Permit, Proto::Any, any, None)],
+        ),
+        table(
+            3,
+            "global",
+            vec![
+                rule(AclAction::Deny, Proto::Any, "1.1.1.0/24", None),
+                rule(AclAction::Reflect, Proto::Any, any, None),
+            ],
+        ),
+    ];
+    let mut ingress = [None; MAX_PORTS];
+    let mut egress = [None; MAX_PORTS];
+    ingress[0] = Some(0);
+    egress[1] = Some(1);
+    egress[2] = Some(2);
+    snap.acl = Arc::new(AclTables::new(tables, ingress, egress, Some(3)));
+    snap
+}
+
+fn udp4_ports(dst: [u8; 4], dst_port: u16) -> Vec<u8> {
+    let mut f = Vec::new();
+    PacketBuilder::ethernet2(POD_A, GW_MAC_A)
+        .ipv4([10, 1, 0, 2], dst, 64)
+        .udp(40000, dst_port)
+        .write(&mut f, &[0; 18])
+        .expect("build");
+    f
+}
+
+/// The verdict of one packet and the counter slots it hit.
+fn verdict(snap: &Snapshot, port: u16, mut frame: Vec<u8>) -> (Action, Vec<u32>) {
+    let mut actions = [Action::Drop(DropReason::Malformed)];
+    let mut scratch = pipeline::Scratch::default();
+    let mut one: &mut [u8] = &mut frame;
+    pipeline::process_burst(
+        snap,
+        port,
+        &mut one,
+        &mut actions,
+        &mut scratch,
+        &mut NoTrace,
+    );
+    (
+        actions[0],
+        scratch.acl_hits().iter().map(|h| h.slot).collect(),
+    )
+}
+
+#[test]
+fn acls_apply_on_ingress_egress_and_the_global_table() {
+    let snap = acl_snapshot();
+    let deny = Action::Drop(DropReason::AclDeny);
+    // Ingress rule 0 denies; the frame length is counted.
+    let f = udp4_ports([10, 1, 0, 3], 53);
+    let len = f.len() as u32;
+    let mut scratch = pipeline::Scratch::default();
+    let mut frames = vec![f];
+    let mut actions = [Action::Drop(DropReason::Malformed)];
+    pipeline::process_burst(
+        &snap,
+        0,
+        frames.as_mut_slice(),
+        &mut actions,
+        &mut scratch,
+        &mut NoTrace,
+    );
+    assert_eq!(actions[0], deny);
+    assert_eq!(
+        scratch.acl_hits(),
+        [pipeline::AclHit {
+            slot: 0,
+            bytes: len
+        }]
+    );
+    // Ingress permits (rule 2), then pod-b's empty egress table denies (no match).
+    assert_eq!(
+        verdict(&snap, 0, udp4_ports([10, 1, 0, 3], 54)),
+        (deny, vec![2, 199])
+    );
+    // To the uplink: ingress rule 2, uplink egress rule 0, global rule 1 (reflect).
+    assert_eq!(
+        verdict(&snap, 0, udp4_ports([9, 9, 9, 9], 53)),
+        (Action::Forward { port: 2 }, vec![2, 200, 301])
+    );
+    assert_eq!(
+        verdict(&snap, 0, udp4_ports([8, 8, 8, 8], 53)),
+        (deny, vec![1])
+    );
+    assert_eq!(
+        verdict(&snap, 0, udp4_ports([1, 1, 1, 1], 80)),
+        (deny, vec![2, 200, 300])
+    );
+    // From pod-b (no ingress table) to pod-a (no egress table): no ACL at all.
+    let mut f = Vec::new();
+    PacketBuilder::ethernet2(POD_B, GW_MAC_B)
+        .ipv4([10, 1, 0, 3], [10, 1, 0, 2], 64)
+        .udp(1, 2)
+        .write(&mut f, &[0; 4])
+        .expect("build");
+    assert_eq!(verdict(&snap, 1, f), (Action::Forward { port: 0 }, vec![]));
+    // ARP and echo for the gateway are Ferrule's own business: no ACL applies.
+    let mut deny_all = snapshot();
+    let mut ingress = [None; MAX_PORTS];
+    ingress[0] = Some(0);
+    deny_all.acl = Arc::new(AclTables::new(
+        vec![table(0, "nothing", Vec::new())],
+        ingress,
+        [None; MAX_PORTS],
+        None,
+    ));
+    let arp = arp_request(POD_A, [10, 1, 0, 2], GW4.octets());
+    assert_eq!(verdict(&deny_all, 0, arp), (Action::Reply, vec![]));
+    assert_eq!(
+        verdict(&deny_all, 0, udp4_ports([10, 1, 0, 3], 7)),
+        (deny, vec![99])
+    );
+}
+
+#[test]
+fn trace_shows_table_rule_and_action() {
+    let snap = acl_snapshot();
+    let mut f = udp4_ports([1, 1, 1, 1], 80);
+    let mut rec = Recorder::default();
+    let a = pipeline::process(&snap, 0, &mut f, &mut rec);
+    assert_eq!(a, Action::Drop(DropReason::AclDeny));
+    let acl: Vec<&str> = rec
+        .stages
+        .iter()
+        .filter(|(s, _)| s.name() == "acl")
+        .map(|(_, d)| d.as_str())
+        .collect();
+    assert_eq!(
+        acl,
+        [
+            "ingress table pod-a-in rule 2: permit",
+            "egress table uplink-out rule 0: permit",
+            "global table global rule 0: deny",
+        ]
+    );
+    let mut f = udp4_ports([10, 1, 0, 3], 54);
+    let mut rec = Recorder::default();
+    pipeline::process(&snap, 0, &mut f, &mut rec);
+    assert!(rec
+        .stages
+        .iter()
+        .any(|(_, d)| d == "egress table pod-b-out: no rule matches: deny"));
 }

@@ -1,12 +1,14 @@
 //! The daemon: brings up the EAL, the mempool and the configured ports, assigns receive
 //! queues to workers and launches them, answers the control API, publishes forwarding
 //! snapshots, and tears everything down in order (workers, ports, memory, EAL) when it
-//! ends. Route, neighbour and trace methods live in the submodules.
+//! ends. Route, neighbour, ACL and trace methods live in the submodules.
 
+mod acl;
 mod punt;
 mod routes;
 mod trace;
 
+use crate::acl::AclManager;
 use crate::api::{self, PortInfo, PortsList, Stats, VersionInfo};
 use crate::config::{format_mac, Config, PortConfig};
 use crate::fib::Fib;
@@ -85,6 +87,7 @@ pub struct Daemon {
     workers: Vec<WorkerRuntime>,
     launched: bool,
     fib: Fib,
+    acl: AclManager,
     resolver: Resolver,
     /// Generations replaced but possibly still read by a worker; freed here once only
     /// this list holds them.
@@ -300,6 +303,12 @@ impl Daemon {
             shared,
             workers,
             launched: false,
+            acl: AclManager::new(
+                fib.ports()
+                    .iter()
+                    .map(|p| (p.name.clone(), p.role))
+                    .collect(),
+            ),
             fib,
             resolver: Resolver::default(),
             retired: Vec::new(),
@@ -562,6 +571,9 @@ impl Service for Daemon {
             api::trace_method::RUN => self.trace_run(params),
             api::trace_method::START => self.trace_start(params),
             api::trace_method::DUMP => self.trace_dump(params),
+            api::acl_method::APPLY => self.acl_apply(params),
+            api::acl_method::DUMP => self.acl_dump(params),
+            api::acl_method::CLEAR_COUNTERS => self.acl_clear(params),
             other => Err(RpcError::method_not_found(other)),
         }
     }
@@ -597,6 +609,7 @@ impl Daemon {
     /// Frees replaced generations no worker holds any more.
     fn free_retired(&mut self) {
         self.retired.retain(|s| Arc::strong_count(s) > 1);
+        self.acl.reclaim();
     }
 
     /// The current generation.

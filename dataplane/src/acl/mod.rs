@@ -20,6 +20,7 @@ pub mod bitvector;
 pub mod classbench;
 pub mod reference;
 pub mod rule;
+pub mod table;
 
 pub use crate::flow::FlowKey;
 pub use bitvector::{BitVectorClassifier, ClassifierError};

@@ -5,13 +5,17 @@
 //! recording [`Tracer`].
 //!
 //! Stages: parse → l2 (destination MAC) → local (ARP, ND, echo for Ferrule's own
-//! addresses) → ttl → route (per-network LPM) → mtu → neighbour → rewrite.
+//! addresses) → ttl → acl (the input port's ingress table) → route (per-network LPM)
+//! → acl (the output port's egress table, then the global table on uplinks) → mtu →
+//! neighbour → rewrite.
 
 pub mod icmp_error;
 pub mod local;
 pub mod parse;
 pub mod synth;
 
+use crate::acl::table::{Direction, Table};
+use crate::acl::FlowKey;
 use crate::counters::DropReason;
 use crate::lpm;
 use crate::snapshot::{NextHopEntry, PortRole, PortState, Snapshot};
@@ -69,6 +73,7 @@ pub enum Stage {
     L2,
     Local,
     Ttl,
+    Acl,
     Route,
     Mtu,
     Neighbor,
@@ -82,6 +87,7 @@ impl Stage {
             Stage::L2 => "l2",
             Stage::Local => "local",
             Stage::Ttl => "ttl",
+            Stage::Acl => "acl",
             Stage::Route => "route",
             Stage::Mtu => "mtu",
             Stage::Neighbor => "neighbor",
@@ -172,26 +178,78 @@ impl Frames for &mut [u8] {
     }
 }
 
+/// One ACL rule hit of a burst: the rule's counter slot and the frame's length. The
+/// worker adds them to its counters after the burst (a trace adds them nowhere).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AclHit {
+    pub slot: u32,
+    pub bytes: u32,
+}
+
+/// The ACL stage's working arrays.
+#[derive(Debug)]
+struct AclScratch {
+    keys: [FlowKey; MAX_BURST],
+    results: [u32; MAX_BURST],
+    /// Per packet, whether the last table it went through denied it.
+    denied: [bool; MAX_BURST],
+    /// Per packet, the table the current egress pass applies (`NO_TABLE`: none).
+    table_of: [u16; MAX_BURST],
+    /// Hits of the burst: at most ingress, egress and global per packet.
+    hits: [AclHit; 3 * MAX_BURST],
+    n_hits: usize,
+}
+
+/// `AclScratch::table_of` for a packet no table of the pass applies to.
+const NO_TABLE: u16 = u16::MAX;
+
 /// Per-burst working arrays, allocated once per worker and reused.
 #[derive(Debug)]
 pub struct Scratch {
     parsed: [Parsed; MAX_BURST],
+    /// Packets that passed the front stages, by index.
+    ok: [u16; MAX_BURST],
     /// Packets still to be routed, by index; IPv4 destinations and their next hops.
     pending4: [u16; MAX_BURST],
     dst4: [u32; MAX_BURST],
     nh4: [u32; MAX_BURST],
     pending6: [u16; MAX_BURST],
+    /// Packets routed to a port, by index, and per packet its output port and gateway.
+    routed: [u16; MAX_BURST],
+    hop: [(u16, Option<IpAddr>); MAX_BURST],
+    /// The packets an egress table classifies in one batch.
+    members: [u16; MAX_BURST],
+    acl: AclScratch,
 }
 
 impl Default for Scratch {
     fn default() -> Self {
         Scratch {
             parsed: [Parsed::EMPTY; MAX_BURST],
+            ok: [0; MAX_BURST],
             pending4: [0; MAX_BURST],
             dst4: [0; MAX_BURST],
             nh4: [0; MAX_BURST],
             pending6: [0; MAX_BURST],
+            routed: [0; MAX_BURST],
+            hop: [(0, None); MAX_BURST],
+            members: [0; MAX_BURST],
+            acl: AclScratch {
+                keys: [FlowKey::default(); MAX_BURST],
+                results: [0; MAX_BURST],
+                denied: [false; MAX_BURST],
+                table_of: [NO_TABLE; MAX_BURST],
+                hits: [AclHit::default(); 3 * MAX_BURST],
+                n_hits: 0,
+            },
         }
+    }
+}
+
+impl Scratch {
+    /// The ACL rule hits of the last burst.
+    pub fn acl_hits(&self) -> &[AclHit] {
+        &self.acl.hits[..self.acl.n_hits]
     }
 }
 
@@ -219,56 +277,248 @@ pub fn process_burst<F: Frames + ?Sized, T: Tracer>(
     t: &mut T,
 ) {
     let n = frames.count().min(MAX_BURST).min(actions.len());
+    s.acl.n_hits = 0;
     let Some(port) = snap.ports.get(usize::from(in_port)) else {
         actions[..n].fill(Action::Drop(DropReason::Malformed));
         return;
     };
-    let (mut n4, mut n6) = (0usize, 0usize);
     // Stage 1: parse, l2, local, ttl.
     for i in 0..PREFETCH_AHEAD.min(n) {
         frames.prefetch(i);
     }
+    let mut n_ok = 0usize;
     for (i, action) in actions.iter_mut().enumerate().take(n) {
         frames.prefetch(i + PREFETCH_AHEAD);
         match front(snap, port, frames.frame_mut(i), t) {
             Ok(parsed) => {
                 s.parsed[i] = parsed;
-                if parsed.is_ipv6() {
-                    s.pending6[n6] = i as u16;
-                    n6 += 1;
-                } else {
-                    s.pending4[n4] = i as u16;
-                    s.dst4[n4] = u32::from_be_bytes(v4_octets(&parsed.key.dst));
-                    n4 += 1;
-                }
+                s.ok[n_ok] = i as u16;
+                n_ok += 1;
             }
             Err(a) => *action = a,
         }
     }
-    // Stage 2: route lookups, IPv4 batched (prefetching the table).
+    // Stage 2: the input port's ingress ACL, one batch (a burst has one input port).
+    if let Some(table) = snap.acl.attached(in_port, Direction::Ingress) {
+        n_ok = acl_filter(
+            table,
+            "ingress",
+            &mut s.ok[..n_ok],
+            &s.parsed,
+            &mut s.acl,
+            &*frames,
+            actions,
+            t,
+        );
+    }
+    let (mut n4, mut n6) = (0usize, 0usize);
+    for &i in &s.ok[..n_ok] {
+        let parsed = &s.parsed[usize::from(i)];
+        if parsed.is_ipv6() {
+            s.pending6[n6] = i;
+            n6 += 1;
+        } else {
+            s.pending4[n4] = i;
+            s.dst4[n4] = u32::from_be_bytes(v4_octets(&parsed.key.dst));
+            n4 += 1;
+        }
+    }
+    // Stage 3: route lookups, IPv4 batched (prefetching the table), then next hops.
     let net = snap.networks.get(usize::from(port.network));
     if let Some(net) = net {
         net.lpm4.lookup_batch(&s.dst4[..n4], &mut s.nh4[..n4]);
     }
-    // Stage 3: next hop, MTU, neighbour, rewrite.
-    for k in 0..n4 {
-        let i = usize::from(s.pending4[k]);
-        let nh = if net.is_some() {
-            s.nh4[k]
+    let mut n_routed = 0usize;
+    for k in 0..n4 + n6 {
+        let (i, nh) = if k < n4 {
+            let nh = if net.is_some() {
+                s.nh4[k]
+            } else {
+                lpm::NO_ROUTE
+            };
+            (usize::from(s.pending4[k]), nh)
         } else {
-            lpm::NO_ROUTE
+            let i = usize::from(s.pending6[k - n4]);
+            let nh = match (net, s.parsed[i].key.dst_ip()) {
+                (Some(net), IpAddr::V6(a)) => net.lpm6.lookup(a).unwrap_or(lpm::NO_ROUTE),
+                _ => lpm::NO_ROUTE,
+            };
+            (i, nh)
         };
-        actions[i] = back(snap, port, &s.parsed[i], nh, frames.frame_mut(i), t);
+        match route(snap, port, &s.parsed[i], nh, frames.frame_mut(i), t) {
+            Ok(hop) => {
+                s.hop[i] = hop;
+                s.routed[n_routed] = i as u16;
+                n_routed += 1;
+            }
+            Err(action) => actions[i] = action,
+        }
     }
-    for k in 0..n6 {
-        let i = usize::from(s.pending6[k]);
-        let dst = s.parsed[i].key.dst_ip();
-        let nh = match (net, dst) {
-            (Some(net), IpAddr::V6(a)) => net.lpm6.lookup(a).unwrap_or(lpm::NO_ROUTE),
-            _ => lpm::NO_ROUTE,
+    // Stage 4: egress ACLs: the output port's table, then the global table on uplinks.
+    if snap.acl.any_egress {
+        n_routed = egress_acl(snap, s, n_routed, &*frames, actions, t);
+    }
+    // Stage 5: MTU, neighbour, rewrite.
+    for &i in &s.routed[..n_routed] {
+        let i = usize::from(i);
+        let (out, via) = s.hop[i];
+        actions[i] = finish(snap, port, &s.parsed[i], out, via, frames.frame_mut(i), t);
+    }
+}
+
+/// Classifies the packets listed in `list` against `table`. Denied packets get their
+/// drop action; the permitted ones stay in `list`, compacted, and their count is
+/// returned. Every verdict is recorded as a hit.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn acl_filter<F: Frames + ?Sized, T: Tracer>(
+    table: &Table,
+    direction: &str,
+    list: &mut [u16],
+    parsed: &[Parsed; MAX_BURST],
+    a: &mut AclScratch,
+    frames: &F,
+    actions: &mut [Action],
+    t: &mut T,
+) -> usize {
+    let n = list.len();
+    for (key, &i) in a.keys.iter_mut().zip(list.iter()) {
+        *key = parsed[usize::from(i)].key;
+    }
+    table.classify(&a.keys[..n], &mut a.results[..n]);
+    let mut kept = 0usize;
+    for k in 0..n {
+        let i = usize::from(list[k]);
+        let result = a.results[k];
+        record_hit(a, table.slot(result), frames.frame(i).len());
+        trace_verdict(t, table, direction, result);
+        let permitted = table.permits(result);
+        a.denied[i] = !permitted;
+        if permitted {
+            list[kept] = list[k];
+            kept += 1;
+        } else {
+            actions[i] = Action::Drop(DropReason::AclDeny);
+        }
+    }
+    kept
+}
+
+#[inline(always)]
+fn record_hit(a: &mut AclScratch, slot: u32, len: usize) {
+    if let Some(hit) = a.hits.get_mut(a.n_hits) {
+        *hit = AclHit {
+            slot,
+            bytes: len as u32,
         };
-        actions[i] = back(snap, port, &s.parsed[i], nh, frames.frame_mut(i), t);
+        a.n_hits += 1;
     }
+}
+
+#[inline(always)]
+fn trace_verdict<T: Tracer>(t: &mut T, table: &Table, direction: &str, result: u32) {
+    if !T::ENABLED {
+        return;
+    }
+    match table.rules.get(result as usize) {
+        Some(rule) => trace!(
+            t,
+            Stage::Acl,
+            "{} table {} rule {}: {}{}",
+            direction,
+            table.name,
+            result,
+            rule.action,
+            rule.origin
+                .as_deref()
+                .map(|o| format!(" (origin {o})"))
+                .unwrap_or_default()
+        ),
+        None => trace!(
+            t,
+            Stage::Acl,
+            "{} table {}: no rule matches: deny",
+            direction,
+            table.name
+        ),
+    }
+}
+
+/// The egress ACL passes over the routed packets: first every output port's own
+/// egress table, then the global table for packets leaving through an uplink. Packets
+/// sharing a table are classified in one batch. Returns how many stay routed.
+fn egress_acl<F: Frames + ?Sized, T: Tracer>(
+    snap: &Snapshot,
+    s: &mut Scratch,
+    n_routed: usize,
+    frames: &F,
+    actions: &mut [Action],
+    t: &mut T,
+) -> usize {
+    let acl = &*snap.acl;
+    let mut n = n_routed;
+    for global in [false, true] {
+        let mut pending = 0usize;
+        for &i in &s.routed[..n] {
+            s.acl.denied[usize::from(i)] = false;
+            let out = s.hop[usize::from(i)].0;
+            let table = if global {
+                let uplink = snap
+                    .ports
+                    .get(usize::from(out))
+                    .is_some_and(|p| p.role == PortRole::Uplink);
+                acl.global.filter(|_| uplink)
+            } else {
+                acl.egress.get(usize::from(out)).copied().flatten()
+            };
+            s.acl.table_of[usize::from(i)] = table.unwrap_or(NO_TABLE);
+            pending += usize::from(table.is_some());
+        }
+        let direction = if global { "global" } else { "egress" };
+        while pending > 0 {
+            // The next table still to run, and every packet for it.
+            let Some(tid) = s.routed[..n]
+                .iter()
+                .map(|&i| s.acl.table_of[usize::from(i)])
+                .find(|&tid| tid != NO_TABLE)
+            else {
+                break;
+            };
+            let mut m = 0usize;
+            for &i in &s.routed[..n] {
+                if s.acl.table_of[usize::from(i)] == tid {
+                    s.members[m] = i;
+                    s.acl.table_of[usize::from(i)] = NO_TABLE;
+                    m += 1;
+                }
+            }
+            pending -= m;
+            let Some(table) = acl.tables.get(usize::from(tid)) else {
+                continue;
+            };
+            acl_filter(
+                table,
+                direction,
+                &mut s.members[..m],
+                &s.parsed,
+                &mut s.acl,
+                frames,
+                actions,
+                t,
+            );
+        }
+        // Keep only the packets no table denied.
+        let mut kept = 0usize;
+        for k in 0..n {
+            let i = s.routed[k];
+            if !s.acl.denied[usize::from(i)] {
+                s.routed[kept] = i;
+                kept += 1;
+            }
+        }
+        n = kept;
+    }
+    n
 }
 
 /// The IPv4 address inside an IPv4-mapped key address.
@@ -364,16 +614,17 @@ fn front<T: Tracer>(
     Ok(parsed)
 }
 
-/// Route (given the looked-up next hop), MTU, neighbour and rewrite.
+/// Route, given the looked-up next hop: `Ok((output port, gateway))` for a packet to
+/// send on, else the action that ends its path here.
 #[inline(always)]
-fn back<T: Tracer>(
+fn route<T: Tracer>(
     snap: &Snapshot,
     port: &PortState,
     parsed: &Parsed,
     nh: u32,
     frame: &mut [u8],
     t: &mut T,
-) -> Action {
+) -> Result<(u16, Option<IpAddr>), Action> {
     let dst = parsed.key.dst_ip();
     let Some(entry) = (nh != lpm::NO_ROUTE).then(|| snap.next_hop(nh)).flatten() else {
         trace!(
@@ -383,10 +634,10 @@ fn back<T: Tracer>(
             dst,
             net_name(snap, port.network)
         );
-        return Action::IcmpError {
+        return Err(Action::IcmpError {
             kind: IcmpErrorKind::NoRoute,
             reason: DropReason::NoRoute,
-        };
+        });
     };
     let (out, via) = match *entry {
         NextHopEntry::Port { port, via } => (port, via),
@@ -398,16 +649,16 @@ fn back<T: Tracer>(
                 dst,
                 nh
             );
-            return Action::Drop(DropReason::Blackhole);
+            return Err(Action::Drop(DropReason::Blackhole));
         }
         NextHopEntry::Local => {
             // An address Ferrule owns on another port (a node IP seen from a pod).
             trace!(t, Stage::Route, "{} is one of Ferrule's addresses", dst);
-            return local::answer(port, parsed, frame, t);
+            return Err(local::answer(port, parsed, frame, t));
         }
     };
     let Some(out_port) = snap.ports.get(usize::from(out)) else {
-        return Action::Drop(DropReason::NoRoute);
+        return Err(Action::Drop(DropReason::NoRoute));
     };
     trace!(
         t,
@@ -419,7 +670,24 @@ fn back<T: Tracer>(
         via.map(|v| format!(" via {v}"))
             .unwrap_or_else(|| " (on-link)".into())
     );
+    Ok((out, via))
+}
 
+/// MTU, neighbour and rewrite of a packet routed to port `out`.
+#[inline(always)]
+fn finish<T: Tracer>(
+    snap: &Snapshot,
+    port: &PortState,
+    parsed: &Parsed,
+    out: u16,
+    via: Option<IpAddr>,
+    frame: &mut [u8],
+    t: &mut T,
+) -> Action {
+    let dst = parsed.key.dst_ip();
+    let Some(out_port) = snap.ports.get(usize::from(out)) else {
+        return Action::Drop(DropReason::NoRoute);
+    };
     // mtu
     if parsed.l3_len > usize::from(out_port.mtu) {
         let mtu = out_port.mtu;

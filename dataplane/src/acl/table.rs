@@ -1,0 +1,223 @@
+//! The ACL state of one generation as the workers read it: compiled tables (rules, the
+//! fast classifier, the counter slot of every rule) and which table is attached to
+//! which port and direction, plus the global table every uplink applies on egress.
+//!
+//! Verdicts: the first matching rule's action; a packet no rule of an attached table
+//! matches is denied (the implicit deny of VPP's acl-plugin), and counted on the
+//! table's no-match slot. `reflect` permits (conntrack adds the reply state).
+
+use super::rule::{Action, Rule};
+use super::{BitVectorClassifier, Classifier, ClassifierError, FlowKey, NO_MATCH};
+use crate::counters::MAX_PORTS;
+use std::sync::Arc;
+
+/// One compiled ACL table: first match wins, in rule order.
+#[derive(Debug)]
+pub struct Table {
+    /// The operator's name for it (`acl.apply` `tables[].name`).
+    pub name: String,
+    /// The rules, in priority order (for traces and dumps).
+    pub rules: Vec<Rule>,
+    /// Each rule's action, by rule index (the fast path's copy).
+    actions: Vec<Action>,
+    /// Each rule's hit-counter slot, by rule index.
+    pub slots: Vec<u32>,
+    /// The counter slot of packets no rule matches (denied).
+    pub no_match_slot: u32,
+    classifier: BitVectorClassifier,
+}
+
+impl Table {
+    /// Compiles `rules` (already validated) with their counter slots.
+    ///
+    /// # Panics
+    /// If `slots` does not hold one slot per rule.
+    pub fn compile(
+        name: String,
+        rules: Vec<Rule>,
+        slots: Vec<u32>,
+        no_match_slot: u32,
+    ) -> Result<Table, ClassifierError> {
+        assert_eq!(rules.len(), slots.len(), "one counter slot per rule");
+        let classifier = BitVectorClassifier::new(&rules)?;
+        Ok(Table {
+            name,
+            actions: rules.iter().map(|r| r.action).collect(),
+            rules,
+            slots,
+            no_match_slot,
+            classifier,
+        })
+    }
+
+    /// Classifies a burst: `out[i]` is the first matching rule of `keys[i]` or
+    /// [`NO_MATCH`].
+    #[inline]
+    pub fn classify(&self, keys: &[FlowKey], out: &mut [u32]) {
+        self.classifier.classify_batch(keys, out);
+    }
+
+    /// Whether a lookup result lets the packet through.
+    #[inline(always)]
+    pub fn permits(&self, result: u32) -> bool {
+        match self.actions.get(result as usize) {
+            Some(Action::Permit | Action::Reflect) => true,
+            Some(Action::Deny) | None => false,
+        }
+    }
+
+    /// The action of a lookup result ([`Action::Deny`] for no match).
+    pub fn action(&self, result: u32) -> Action {
+        self.actions
+            .get(result as usize)
+            .copied()
+            .unwrap_or(Action::Deny)
+    }
+
+    /// The counter slot of a lookup result.
+    #[inline(always)]
+    pub fn slot(&self, result: u32) -> u32 {
+        if result == NO_MATCH {
+            return self.no_match_slot;
+        }
+        self.slots
+            .get(result as usize)
+            .copied()
+            .unwrap_or(self.no_match_slot)
+    }
+
+    /// Bytes of the compiled classifier.
+    pub fn memory_bytes(&self) -> usize {
+        self.classifier.memory_bytes()
+    }
+}
+
+/// Which packets a table applies to at a port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Direction {
+    /// Traffic entering the switch from the port.
+    Ingress,
+    /// Traffic leaving the switch through the port.
+    Egress,
+}
+
+impl Direction {
+    /// `ingress` or `egress`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Direction::Ingress => "ingress",
+            Direction::Egress => "egress",
+        }
+    }
+}
+
+/// Every table of a generation and where each is attached.
+#[derive(Debug, Clone)]
+pub struct AclTables {
+    /// The tables; attachments refer to them by index.
+    pub tables: Vec<Arc<Table>>,
+    /// Per port index, the table applied to traffic entering from it.
+    pub ingress: [Option<u16>; MAX_PORTS],
+    /// Per port index, the table applied to traffic leaving through it.
+    pub egress: [Option<u16>; MAX_PORTS],
+    /// The table applied on egress of every uplink port, after the port's own.
+    pub global: Option<u16>,
+    /// Whether any egress table or the global table is attached (skips the egress
+    /// stage entirely when not).
+    pub any_egress: bool,
+}
+
+impl Default for AclTables {
+    fn default() -> Self {
+        AclTables {
+            tables: Vec::new(),
+            ingress: [None; MAX_PORTS],
+            egress: [None; MAX_PORTS],
+            global: None,
+            any_egress: false,
+        }
+    }
+}
+
+impl AclTables {
+    /// Tables and attachments; `any_egress` is derived.
+    pub fn new(
+        tables: Vec<Arc<Table>>,
+        ingress: [Option<u16>; MAX_PORTS],
+        egress: [Option<u16>; MAX_PORTS],
+        global: Option<u16>,
+    ) -> AclTables {
+        let any_egress = global.is_some() || egress.iter().any(Option::is_some);
+        AclTables {
+            tables,
+            ingress,
+            egress,
+            global,
+            any_egress,
+        }
+    }
+
+    /// The table attached to `port` in `direction`.
+    #[inline(always)]
+    pub fn attached(&self, port: u16, direction: Direction) -> Option<&Table> {
+        let at = match direction {
+            Direction::Ingress => &self.ingress,
+            Direction::Egress => &self.egress,
+        };
+        let index = (*at.get(usize::from(port))?)?;
+        self.tables.get(usize::from(index)).map(Arc::as_ref)
+    }
+
+    /// The global (uplink egress) table.
+    #[inline(always)]
+    pub fn global(&self) -> Option<&Table> {
+        self.tables.get(usize::from(self.global?)).map(Arc::as_ref)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::acl::{PortRange, Proto};
+    use std::net::Ipv4Addr;
+
+    fn key(dst_port: u16) -> FlowKey {
+        FlowKey::v4(
+            0,
+            6,
+            Ipv4Addr::new(10, 1, 0, 2),
+            Ipv4Addr::new(10, 1, 0, 3),
+            40000,
+            dst_port,
+        )
+    }
+
+    #[test]
+    fn first_match_action_slot_and_implicit_deny() {
+        let mut web = Rule::any(Action::Permit);
+        web.proto = Proto::TCP;
+        web.dst_port = PortRange::single(80);
+        let mut ssh = Rule::any(Action::Deny);
+        ssh.proto = Proto::TCP;
+        ssh.dst_port = PortRange::single(22);
+        let t = Table::compile("t".into(), vec![web, ssh], vec![7, 9], 11).unwrap();
+        let mut out = [0u32; 3];
+        t.classify(&[key(80), key(22), key(443)], &mut out);
+        assert_eq!(out, [0, 1, NO_MATCH]);
+        assert!(t.permits(out[0]) && !t.permits(out[1]) && !t.permits(out[2]));
+        assert_eq!([t.slot(out[0]), t.slot(out[1]), t.slot(out[2])], [7, 9, 11]);
+        assert_eq!(t.action(NO_MATCH), Action::Deny);
+    }
+
+    #[test]
+    fn attachments_resolve_by_port_and_direction() {
+        let t = Arc::new(Table::compile("t".into(), Vec::new(), Vec::new(), 0).unwrap());
+        let mut ingress = [None; MAX_PORTS];
+        ingress[2] = Some(0);
+        let acl = AclTables::new(vec![t], ingress, [None; MAX_PORTS], None);
+        assert!(acl.attached(2, Direction::Ingress).is_some());
+        assert!(acl.attached(2, Direction::Egress).is_none());
+        assert!(acl.attached(99, Direction::Ingress).is_none());
+        assert!(!acl.any_egress && acl.global().is_none());
+    }
+}
