@@ -2,6 +2,8 @@
 //! to it with `ferrulectl`, stop it, and clean up its processes, sockets and hugepage
 //! files even when a test fails.
 
+pub mod topology;
+
 use serde_json::Value;
 use std::io::Write;
 use std::os::unix::process::ExitStatusExt;

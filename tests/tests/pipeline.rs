@@ -5,84 +5,9 @@
 //! (resolved by ARP/ND), and get ICMP time exceeded / fragmentation needed / packet
 //! too big from the gateway; routes and neighbours change over the control socket.
 
+use ferrule_e2e::topology::*;
 use ferrule_e2e::*;
 use serde_json::Value;
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
-
-struct Topology(String);
-
-impl Topology {
-    fn up(tag: &str) -> Topology {
-        let name = format!("fe{tag}{}", std::process::id() % 100_000);
-        let t = Topology(name);
-        let st = Command::new(script())
-            .args(["up", &t.0])
-            .status()
-            .expect("run netns-topology.sh");
-        assert!(st.success(), "netns-topology.sh up failed (root needed)");
-        t
-    }
-
-    fn ns(&self, n: &str) -> String {
-        format!("{}-{n}", self.0)
-    }
-
-    fn run(&self, n: &str, args: &[&str]) -> Output {
-        Command::new("ip")
-            .args(["netns", "exec", &self.ns(n)])
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .expect("ip netns exec")
-    }
-}
-
-impl Drop for Topology {
-    fn drop(&mut self) {
-        let _ = Command::new(script()).args(["down", &self.0]).status();
-    }
-}
-
-fn script() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/netns-topology.sh")
-}
-
-/// configs/ferrule.toml (the demo topology) with this test's EAL settings and a
-/// 1400-byte MTU on the uplink.
-fn config(prefix: &str) -> String {
-    let text = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/ferrule.toml"),
-    )
-    .expect("read configs/ferrule.toml");
-    let tail = &text[text.find("[log]").expect("[log] section")..];
-    let base = base_config(prefix);
-    let base = &base[..base.find("[log]").expect("[log]")];
-    let tail = tail.replace("role = \"uplink\"\n", "role = \"uplink\"\nmtu = 1400\n");
-    format!("{base}{tail}")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn ping(t: &Topology, from: &str, args: &[&str]) -> Output {
-    let mut a = vec!["ping", "-c", "2", "-W", "2"];
-    a.extend_from_slice(args);
-    t.run(from, &a)
-}
-
-fn drops(stats: &Value, reason: &str) -> u64 {
-    stats["totals"]["drop_reasons"]
-        .as_array()
-        .and_then(|a| a.iter().find(|d| d["reason"] == reason))
-        .and_then(|d| d["packets"].as_u64())
-        .unwrap_or(0)
-}
 
 #[test]
 fn kernel_stacks_reach_the_gateway_each_other_and_the_router() {

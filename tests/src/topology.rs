@@ -1,0 +1,101 @@
+//! The kernel-stack test topology: network namespaces for two pods, a router and
+//! ferruled (af_packet ports), with the demo configuration.
+
+use crate::base_config;
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+/// The demo topology (scripts/netns-topology.sh): pods `pa`, `pb`, router `rt`, and
+/// `fr` where ferruled runs; torn down on drop.
+pub struct Topology(String);
+
+impl Topology {
+    /// Creates the namespaces and links (root needed).
+    pub fn up(tag: &str) -> Topology {
+        let name = format!("fe{tag}{}", std::process::id() % 100_000);
+        let t = Topology(name);
+        let st = Command::new(script())
+            .args(["up", &t.0])
+            .status()
+            .expect("run netns-topology.sh");
+        assert!(st.success(), "netns-topology.sh up failed (root needed)");
+        t
+    }
+
+    /// The full name of namespace `n` (pa, pb, rt, fr).
+    pub fn ns(&self, n: &str) -> String {
+        format!("{}-{n}", self.0)
+    }
+
+    /// Runs a command inside namespace `n`.
+    pub fn run(&self, n: &str, args: &[&str]) -> Output {
+        Command::new("ip")
+            .args(["netns", "exec", &self.ns(n)])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("ip netns exec")
+    }
+}
+
+impl Drop for Topology {
+    fn drop(&mut self) {
+        let _ = Command::new(script()).args(["down", &self.0]).status();
+    }
+}
+
+/// scripts/netns-topology.sh.
+pub fn script() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/netns-topology.sh")
+}
+
+/// configs/ferrule.toml (the demo topology) with this test's EAL settings and a
+/// 1400-byte MTU on the uplink.
+pub fn config(prefix: &str) -> String {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/ferrule.toml"),
+    )
+    .expect("read configs/ferrule.toml");
+    let tail = &text[text.find("[log]").expect("[log] section")..];
+    let base = base_config(prefix);
+    let base = &base[..base.find("[log]").expect("[log]")];
+    let tail = tail.replace("role = \"uplink\"\n", "role = \"uplink\"\nmtu = 1400\n");
+    format!("{base}{tail}")
+}
+
+/// stdout and stderr of a finished command.
+pub fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Two pings from namespace `from`, 2 s timeout each.
+pub fn ping(t: &Topology, from: &str, args: &[&str]) -> Output {
+    let mut a = vec!["ping", "-c", "2", "-W", "2"];
+    a.extend_from_slice(args);
+    t.run(from, &a)
+}
+
+/// Drops of `reason` in a `stats.get` reply.
+pub fn drops(stats: &Value, reason: &str) -> u64 {
+    stats["totals"]["drop_reasons"]
+        .as_array()
+        .and_then(|a| a.iter().find(|d| d["reason"] == reason))
+        .and_then(|d| d["packets"].as_u64())
+        .unwrap_or(0)
+}
+
+impl Topology {
+    /// Starts ferruled in the `fr` namespace on the demo configuration.
+    pub fn ferruled(&self, tag: &str) -> crate::Ferruled {
+        let prefix = crate::unique_prefix(tag);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let wrapper = vec!["ip".into(), "netns".into(), "exec".into(), self.ns("fr")];
+        crate::Ferruled::start_wrapped(dir, &config(&prefix), &prefix, &wrapper)
+            .expect("start ferruled")
+    }
+}
