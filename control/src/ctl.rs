@@ -1172,6 +1172,7 @@ pub fn drop_reason_description(reason: &str) -> Option<&'static str> {
         "punt-full" => "control-thread queue full",
         "tx-full" => "transmit queue full",
         "port-down" => "output port's link is down",
+        "acl-deny" => "denied by an ACL",
         _ => return None,
     })
 }

@@ -14,10 +14,11 @@
 
 use std::net::IpAddr;
 
+use ferrule_control::acl::{parse_apply, AclManager};
 use ferrule_control::api::{
-    self, neigh_method, route_method, trace_method, NeighAdd, NeighDel, NeighDump, NetworkFilter,
-    PortsList, RouteAdd, RouteDel, RouteDump, Stats, TraceDump, TraceResult, TraceRun, TraceStart,
-    VersionInfo,
+    self, acl_method, neigh_method, route_method, trace_method, NeighAdd, NeighDel, NeighDump,
+    NetworkFilter, PortsList, RouteAdd, RouteDel, RouteDump, Stats, TraceDump, TraceResult,
+    TraceRun, TraceStart, VersionInfo,
 };
 use ferrule_control::config::{parse_mac, Config, IpCidr, EMBEDDED_DEFAULT};
 use ferrule_control::ctl::drop_reason_description;
@@ -32,7 +33,7 @@ use serde_json::{json, Value};
 
 const DOC: &str = include_str!("../../docs/control-protocol.md");
 
-const METHODS: [&str; 9] = [
+const METHODS: [&str; 12] = [
     route_method::ADD,
     route_method::DEL,
     route_method::DUMP,
@@ -42,6 +43,9 @@ const METHODS: [&str; 9] = [
     trace_method::RUN,
     trace_method::START,
     trace_method::DUMP,
+    acl_method::APPLY,
+    acl_method::DUMP,
+    acl_method::CLEAR_COUNTERS,
 ];
 
 /// The text of the doc from `start` up to the next line that starts with `end`.
@@ -149,6 +153,10 @@ fn examples_match_the_api_types() {
                 trace_method::RUN => check_params::<TraceRun>(name, &params),
                 trace_method::START => check_params::<TraceStart>(name, &params),
                 trace_method::DUMP => assert!(params.is_null(), "{message}"),
+                // Checked field by field against the daemon's validation below.
+                acl_method::APPLY => assert!(params.is_object(), "{message}"),
+                acl_method::DUMP => check_params::<api::AclDumpParams>(name, &params),
+                acl_method::CLEAR_COUNTERS => check_params::<api::AclClearParams>(name, &params),
                 _ => unreachable!("checked above"),
             }
             requested.push(method.clone());
@@ -174,6 +182,15 @@ fn examples_match_the_api_types() {
                 }
                 trace_method::DUMP => {
                     check_result::<TraceDump>(&method, result);
+                }
+                acl_method::APPLY => {
+                    check_result::<api::AclApplied>(&method, result);
+                }
+                acl_method::DUMP => {
+                    check_result::<api::AclDump>(&method, result);
+                }
+                acl_method::CLEAR_COUNTERS => {
+                    check_result::<api::AclCleared>(&method, result);
                 }
                 _ => unreachable!("checked above"),
             }
@@ -515,4 +532,60 @@ fn examples_match_the_forwarding_state_and_the_pipeline() {
     }
     assert!(dumps > 0, "no route.dump example was checked");
     assert!(traces > 0, "no trace example was checked");
+}
+
+/// The ACL examples are what the daemon's ACL code answers on the example ports: the
+/// applies are validated and applied in order, dumps and clears run on the result.
+/// Generations, compile times and classifier sizes vary and are not compared.
+#[test]
+fn acl_examples_are_what_the_daemon_does() {
+    let fib = example_fib();
+    let ports = fib
+        .ports()
+        .iter()
+        .map(|p| (p.name.clone(), p.role))
+        .collect();
+    let mut acl = AclManager::new(ports);
+    let worker = ferrule_dataplane::counters::RuleCounters::default();
+    let counters = [&worker];
+    let exchanges = exchanges(section("### `acl.apply`", "## Drop reasons"));
+    assert!(exchanges.len() >= 7, "{} ACL examples", exchanges.len());
+    for (request, response) in exchanges {
+        let params = request.get("params").cloned().unwrap_or(Value::Null);
+        let outcome: Result<Value, rpc::RpcError> = match request["method"].as_str() {
+            Some(acl_method::APPLY) => parse_apply(&params, acl.ports())
+                .and_then(|d| acl.apply(&d, &counters))
+                .map(|a| serde_json::to_value(a.result).expect("json")),
+            Some(acl_method::DUMP) => parse_params(&params)
+                .and_then(|p| acl.dump(&p, 0, &counters))
+                .map(|d| serde_json::to_value(d).expect("json")),
+            Some(acl_method::CLEAR_COUNTERS) => parse_params(&params)
+                .and_then(|p| acl.clear(&p, &counters))
+                .map(|c| serde_json::to_value(c).expect("json")),
+            other => panic!("unexpected method {other:?}"),
+        };
+        match (outcome, response.get("result")) {
+            (Ok(mut got), Some(want)) => {
+                let mut want = want.clone();
+                for v in [&mut got, &mut want] {
+                    v["generation"] = Value::Null;
+                    if v.get("compile_ms").is_some() {
+                        v["compile_ms"] = Value::Null;
+                    }
+                    if let Some(tables) = v.get_mut("tables").and_then(Value::as_array_mut) {
+                        for t in tables {
+                            t["memory_bytes"] = Value::Null;
+                        }
+                    }
+                }
+                assert_eq!(got, want, "{request}");
+            }
+            (Err(e), None) => {
+                let error = serde_json::to_value(&e).expect("json");
+                assert_eq!(error, response["error"], "{request}");
+            }
+            (Ok(got), None) => panic!("{request}: the daemon answers {got}, the doc an error"),
+            (Err(e), Some(_)) => panic!("{request}: the daemon refuses it: {e}"),
+        }
+    }
 }
