@@ -4,7 +4,9 @@
 # (scripts/netns-topology.sh, virtual ports only). The pods' real kernel stacks ping
 # their gateway, each other and the uplink's next hop, over IPv4 and IPv6; a TTL of 1
 # comes back as ICMP time exceeded from the gateway. Then it shows routes, neighbours,
-# counters and a trace, stops ferruled with SIGTERM and checks it left nothing behind.
+# and traces; applies configs/acl-example.yaml (pod-b accepts only TCP 80), checks that
+# pod-a's ping to pod-b is now denied and counted, removes the ACLs again; shows the
+# counters, stops ferruled with SIGTERM and checks it left nothing behind.
 # Exits non-zero if any step fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -67,6 +69,20 @@ ctl route dump
 ctl neigh dump
 ctl trace --in-port pod-a --proto tcp --src 10.1.0.2:40000 --dst 10.1.0.3:80 --tcp-flags SYN
 ctl trace --in-port pod-a --proto udp --src 10.1.0.2:53 --dst 192.0.2.77:53 --ttl 1
+
+ctl acl apply -f configs/acl-example.yaml
+echo; echo "\$ (pa) ping 10.1.0.3   # expect: no answer, pod-b-egress denies it"
+if ip netns exec "$topo-pa" ping -c 2 -W 1 10.1.0.3; then
+    echo "demo: FAILED: the ACL did not stop pod-a's ping to pod-b" >&2; exit 1
+fi
+ctl acl dump
+dump=$("$FERRULECTL" --socket "$sock" --json acl dump --table pod-b-egress | tr -d ' \n')
+[[ $dump == *'"packets":2},"index":2,"origin":"demo/default-deny"'* ]] \
+    || { echo "demo: FAILED: the deny rule did not count the 2 pings: $dump" >&2; exit 1; }
+ctl trace --in-port pod-a --proto tcp --src 10.1.0.2:40000 --dst 10.1.0.3:80 --tcp-flags SYN
+echo; echo "\$ printf 'tables: []\\n' | ferrulectl acl apply -f -   # remove every table"
+printf 'tables: []\n' | "$FERRULECTL" --socket "$sock" acl apply -f -
+ping_from pa 10.1.0.3               # pod-a -> pod-b again
 ctl stats
 
 echo
@@ -85,4 +101,4 @@ if ls /dev/hugepages/"$prefix"* >/dev/null 2>&1 || [ -e "/run/dpdk/$prefix" ]; t
     echo "demo: FAILED: hugepage or runtime files left behind" >&2
     exit 1
 fi
-echo "demo: all pings answered; ferruled stopped cleanly (exit 0, socket removed, nothing left behind)"
+echo "demo: every ping answered or denied as expected; ferruled stopped cleanly (exit 0, socket removed, nothing left behind)"

@@ -1,6 +1,6 @@
 //! Keeps `docs/control-protocol.md` honest:
 //!
-//! - every example request of the route, neigh and trace methods decodes strictly into
+//! - every example request of the route, neigh, trace and acl methods decodes into
 //!   its `api` params type, every example result is exactly what the `api` result type
 //!   serializes to, and every example error names its field;
 //! - the `version`, `ports.list` and `stats.get` examples are what their result types
@@ -9,6 +9,8 @@
 //!   configuration (`configs/ferrule.toml` plus the doc's `toml` block): the route
 //!   changes are applied to a [`Fib`], the dump is compared with its routes, and the
 //!   traced packets are run through the pipeline;
+//! - the ACL examples are what the daemon's ACL code answers: each `acl.apply` is
+//!   validated and applied in order, and the dump and clear examples run on the result;
 //! - the drop-reason table lists exactly the pipeline's reasons (which `ferrulectl
 //!   stats` can describe).
 
