@@ -5,6 +5,7 @@ pub mod acl;
 pub mod counters;
 pub mod flow;
 pub mod lpm;
+pub mod nat;
 pub mod pipeline;
 pub mod snapshot;
 pub mod wire;
