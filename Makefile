@@ -45,6 +45,7 @@ fuzz:
 wire-fixtures:
 	@test -x .venv/bin/python || (python3 -m venv .venv && .venv/bin/pip install -q scapy)
 	.venv/bin/python scripts/gen-wire-fixtures.py
+	.venv/bin/python scripts/gen-nat-fixtures.py
 
 clean:
 	$(CARGO) clean
