@@ -502,3 +502,43 @@ pub struct AclCleared {
     /// Rules (and no-match counters) reset.
     pub counters: usize,
 }
+
+/// VPC methods' names.
+pub mod vpc_method {
+    /// Replace the node's VPC state (node IPs, VPC CIDRs, SNAT exclusions and ports).
+    pub const SYNC: &str = "vpc.sync";
+    /// The VPC state in force.
+    pub const SHOW: &str = "vpc.show";
+}
+
+/// Params of `vpc.sync`: the whole VPC state of the node.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct VpcSync {
+    /// The node's primary IPv4 address(es), each an address Ferrule owns on an uplink
+    /// port; pods are masqueraded to the first. Empty: SNAT off.
+    #[serde(default)]
+    pub node_ips: Vec<String>,
+    /// IPv4 CIDRs of the VPC: destinations inside are not masqueraded.
+    #[serde(default)]
+    pub vpc_cidrs: Vec<String>,
+    /// Further IPv4 CIDRs that are not masqueraded.
+    #[serde(default)]
+    pub snat_exclude: Vec<String>,
+    /// SNAT source ports `LO-HI` (the NodePort range 30000-32767 is always left out);
+    /// absent: 1024-65535.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snat_ports: Option<String>,
+}
+
+/// Result of `vpc.show` and `vpc.sync`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct VpcState {
+    pub node_ips: Vec<String>,
+    pub vpc_cidrs: Vec<String>,
+    pub snat_exclude: Vec<String>,
+    /// The port ranges SNAT hands out, `LO-HI`.
+    pub snat_ports: Vec<String>,
+    /// The address pods are masqueraded to; `null` when SNAT is off.
+    pub snat_address: Option<String>,
+}

@@ -3,7 +3,8 @@
 //!
 //! Every key is documented in `configs/README.md`.
 
-use crate::api::{PortRole, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_SOCKET};
+use crate::api::{PortRole, VpcSync, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_SOCKET};
+use ferrule_dataplane::nat::SnatPolicy;
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -52,6 +53,9 @@ pub struct Config {
     pub networks: Vec<NetworkConfig>,
     pub routes: Vec<RouteConfig>,
     pub neighbors: Vec<NeighborConfig>,
+    /// `[vpc]`: the node's VPC state at start (SNAT off when it names no node IP);
+    /// `vpc.sync` replaces it.
+    pub snat: SnatPolicy,
 }
 
 /// `[eal]`.
@@ -263,6 +267,22 @@ struct RawConfig {
     route: Vec<RawRoute>,
     #[serde(default)]
     neighbor: Vec<RawNeighbor>,
+    #[serde(default)]
+    vpc: RawVpc,
+}
+
+/// `[vpc]`, as written: the fields of `vpc.sync`.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawVpc {
+    #[serde(default)]
+    node_ips: Option<Spanned<Vec<String>>>,
+    #[serde(default)]
+    vpc_cidrs: Option<Spanned<Vec<String>>>,
+    #[serde(default)]
+    snat_exclude: Option<Spanned<Vec<String>>>,
+    #[serde(default)]
+    snat_ports: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -859,6 +879,7 @@ impl RawConfig {
                 port,
             });
         }
+        let snat = self.vpc.validate(&ports, ctx)?;
         Ok(Config {
             eal,
             control,
@@ -868,6 +889,40 @@ impl RawConfig {
             networks,
             routes,
             neighbors,
+            snat,
+        })
+    }
+}
+
+impl RawVpc {
+    fn validate(&self, ports: &[PortConfig], ctx: &Ctx) -> Result<SnatPolicy, ConfigError> {
+        let list = |v: &Option<Spanned<Vec<String>>>| {
+            v.as_ref().map(|l| l.get_ref().clone()).unwrap_or_default()
+        };
+        let spec = VpcSync {
+            node_ips: list(&self.node_ips),
+            vpc_cidrs: list(&self.vpc_cidrs),
+            snat_exclude: list(&self.snat_exclude),
+            snat_ports: self.snat_ports.as_ref().map(|p| p.get_ref().clone()),
+        };
+        let uplink: Vec<Ipv4Addr> = ports
+            .iter()
+            .filter(|p| p.role == PortRole::Uplink)
+            .flat_map(|p| p.addresses.iter())
+            .filter_map(|c| match c.addr {
+                IpAddr::V4(a) => Some(a),
+                IpAddr::V6(_) => None,
+            })
+            .collect();
+        crate::vpc::policy(&spec, &uplink).map_err(|e| {
+            let name = e.field.split('[').next().unwrap_or("vpc").to_string();
+            let span = match name.as_str() {
+                "node_ips" => self.node_ips.as_ref().map(Spanned::span),
+                "vpc_cidrs" => self.vpc_cidrs.as_ref().map(Spanned::span),
+                "snat_exclude" => self.snat_exclude.as_ref().map(Spanned::span),
+                _ => self.snat_ports.as_ref().map(Spanned::span),
+            };
+            ctx.err(span.unwrap_or(0..0), &format!("vpc.{}", e.field), e.message)
         })
     }
 }
@@ -1227,6 +1282,30 @@ mac = "02:00:00:00:00:0b"
         assert_eq!(e.line, Some(3));
         assert!(e.message.contains("hugepage"), "{e}");
         assert!(e.to_string().starts_with("test.toml:3:"), "{e}");
+    }
+
+    #[test]
+    fn vpc_section_sets_the_snat_policy() {
+        let with_uplink = TWO_PORTS.replace(
+            "mac = \"02:00:00:00:00:0b\"",
+            "mac = \"02:00:00:00:00:0b\"\naddresses = [\"192.0.2.10/24\"]",
+        );
+        let ok = format!(
+            "{with_uplink}\n[vpc]\nnode_ips = [\"192.0.2.10\"]\nvpc_cidrs = [\"10.0.0.0/16\"]\nsnat_ports = \"61000-61999\"\n"
+        );
+        let cfg = parse(&ok).expect("valid");
+        assert_eq!(cfg.snat.snat_addr(), Some(Ipv4Addr::new(192, 0, 2, 10)));
+        assert_eq!(cfg.snat.ports, vec![(61000, 61999)]);
+        assert!(parse(TWO_PORTS).expect("valid").snat.node_ips.is_empty());
+        let bad = ok.replace("[\"192.0.2.10\"]", "[\"192.0.2.99\"]");
+        let e = parse(&bad).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("vpc.node_ips[0]"));
+        assert_eq!(e.line, line_of(&bad, "node_ips ="));
+        assert!(e.message.contains("not an address of an uplink port"), "{e}");
+        let bad = ok.replace("61000-61999", "61999-61000");
+        let e = parse(&bad).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("vpc.snat_ports"));
+        assert_eq!(e.line, line_of(&bad, "snat_ports ="));
     }
 
     #[test]

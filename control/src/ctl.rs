@@ -25,6 +25,7 @@ use crate::client::{Client, ClientError};
 use crate::table::Table;
 
 pub mod acl;
+pub mod vpc;
 
 const LONG_ABOUT: &str = "\
 Query and control a running ferruled, Ferrule's DPDK userspace vswitch.
@@ -47,6 +48,8 @@ Examples:
                                             Where would this packet go, and why
   ferrulectl acl apply -f policy.yaml       Replace the ACL tables and attachments
   ferrulectl acl dump --port pod-web        Rules applying at a port, with hit counts
+  ferrulectl vpc set --node-ip 192.0.2.10 --vpc-cidr 192.0.2.0/24
+                                            Masquerade pods to the node IP outside the VPC
   ferrulectl trace start --port uplink0 --count 10
   ferrulectl trace dump --pcap /tmp/t.pcap  Captured packets with their path
   ferrulectl --json stats | jq .totals      Raw reply, for scripts
@@ -139,6 +142,13 @@ count, like `vppctl show errors`.")]
     Acl {
         #[command(subcommand)]
         command: acl::AclCommand,
+    },
+
+    /// Set and show the node's VPC state (node IP, VPC CIDRs, SNAT).
+    #[command(long_about = vpc::VPC_LONG_ABOUT)]
+    Vpc {
+        #[command(subcommand)]
+        command: vpc::VpcCommand,
     },
 
     /// Trace a synthetic packet through the pipeline, or capture real ones.
@@ -460,6 +470,8 @@ them with `ferrulectl trace dump`.
 Example:
   ferrulectl acl apply -f policy.yaml       Replace the ACL tables and attachments
   ferrulectl acl dump --port pod-web        Rules applying at a port, with hit counts
+  ferrulectl vpc set --node-ip 192.0.2.10 --vpc-cidr 192.0.2.0/24
+                                            Masquerade pods to the node IP outside the VPC
   ferrulectl trace start --port uplink0 --count 10")]
     Start(TraceStartArgs),
 
@@ -550,6 +562,7 @@ pub fn run(cli: &Cli, out: &mut dyn Write) -> Result<(), CtlError> {
         Command::Route { ref command } => route(&mut ctx, command),
         Command::Neigh { ref command } => neigh(&mut ctx, command),
         Command::Acl { ref command } => acl::run(&mut ctx, command),
+        Command::Vpc { ref command } => vpc::run(&mut ctx, command),
         Command::Trace(ref args) => trace(&mut ctx, args),
     }
 }

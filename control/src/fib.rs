@@ -5,6 +5,7 @@
 
 use crate::config::{Config, IpCidr, RouteTarget};
 use ferrule_dataplane::acl::table::AclTables;
+use ferrule_dataplane::nat::SnatPolicy;
 use ferrule_dataplane::lpm::{Lpm4, Lpm6, NextHop};
 use ferrule_dataplane::snapshot::{Neighbor, Network, NextHopEntry, PortRole, PortState, Snapshot};
 use ferrule_dataplane::wire::EthernetAddress;
@@ -127,6 +128,8 @@ pub struct Fib {
     neighbors: BTreeMap<(u16, IpAddr), NeighborRecord>,
     /// The ACL tables in force, published with every generation.
     acl: Arc<AclTables>,
+    /// The SNAT policy in force (the VPC state).
+    snat: Arc<SnatPolicy>,
     generation: u64,
 }
 
@@ -213,6 +216,7 @@ impl Fib {
             next_hops: NextHops::default(),
             neighbors: BTreeMap::new(),
             acl: Arc::default(),
+            snat: Arc::new(cfg.snat.clone()),
             generation: 0,
         };
         for (i, p) in cfg.ports.iter().enumerate() {
@@ -498,6 +502,25 @@ impl Fib {
         })
     }
 
+    /// Replaces the SNAT policy the next generation carries.
+    pub fn set_snat(&mut self, snat: Arc<SnatPolicy>) {
+        self.snat = snat;
+    }
+
+    /// The SNAT policy in force.
+    pub fn snat(&self) -> &SnatPolicy {
+        &self.snat
+    }
+
+    /// The IPv4 addresses Ferrule owns on uplink ports (the node IPs SNAT may use).
+    pub fn uplink_v4(&self) -> Vec<std::net::Ipv4Addr> {
+        self.ports
+            .iter()
+            .filter(|p| p.role == PortRole::Uplink)
+            .flat_map(|p| p.local_v4.iter().copied())
+            .collect()
+    }
+
     /// Replaces the ACL tables the next generation carries.
     pub fn set_acl(&mut self, acl: Arc<AclTables>) {
         self.acl = acl;
@@ -533,6 +556,7 @@ impl Fib {
             next_hops: Arc::new(self.next_hops.entries.clone()),
             neighbors: Arc::new(neighbors),
             acl: Arc::clone(&self.acl),
+            snat: Arc::clone(&self.snat),
         }
     }
 }

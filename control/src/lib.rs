@@ -14,3 +14,4 @@ pub mod rpc;
 pub mod server;
 pub mod table;
 pub mod trace;
+pub mod vpc;

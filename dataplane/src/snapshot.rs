@@ -1,10 +1,11 @@
 //! One immutable generation of forwarding state — ports, networks (VRFs) with their
-//! route tables, next hops, neighbours and ACL tables — built by the control thread and read by
+//! route tables, next hops, neighbours, ACL tables and the SNAT policy — built by the control thread and read by
 //! every worker once per poll round. A new generation is published as a whole; workers
 //! never see a half-applied change.
 
 use crate::acl::table::AclTables;
 use crate::lpm::{Lpm4, Lpm6, NextHop};
+use crate::nat::SnatPolicy;
 use crate::wire::EthernetAddress;
 use rustc_hash::FxHashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -104,6 +105,8 @@ pub struct Snapshot {
     pub neighbors: Arc<FxHashMap<(u16, IpAddr), Neighbor>>,
     /// ACL tables and their attachments.
     pub acl: Arc<AclTables>,
+    /// When and to what pod traffic is masqueraded.
+    pub snat: Arc<SnatPolicy>,
 }
 
 impl Snapshot {
@@ -122,6 +125,7 @@ impl Snapshot {
             next_hops: Arc::new(Vec::new()),
             neighbors: Arc::new(FxHashMap::default()),
             acl: Arc::new(AclTables::default()),
+            snat: Arc::new(SnatPolicy::default()),
         }
     }
 

@@ -112,6 +112,7 @@ fn snapshot() -> Snapshot {
         next_hops: Arc::new(next_hops),
         neighbors: Arc::new(neighbors),
         acl: Default::default(),
+        snat: Default::default(),
     }
 }
 

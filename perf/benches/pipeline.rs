@@ -108,6 +108,7 @@ fn snapshot(routes: &[(u32, u8, u32)]) -> Snapshot {
         next_hops: Arc::new(next_hops),
         neighbors: Arc::new(neighbors),
         acl: Default::default(),
+        snat: Default::default(),
     }
 }
 

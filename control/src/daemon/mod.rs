@@ -1,12 +1,13 @@
 //! The daemon: brings up the EAL, the mempool and the configured ports, assigns receive
 //! queues to workers and launches them, answers the control API, publishes forwarding
 //! snapshots, and tears everything down in order (workers, ports, memory, EAL) when it
-//! ends. Route, neighbour, ACL and trace methods live in the submodules.
+//! ends. Route, neighbour, ACL, VPC and trace methods live in the submodules.
 
 mod acl;
 mod punt;
 mod routes;
 mod trace;
+mod vpc;
 
 use crate::acl::AclManager;
 use crate::api::{self, PortInfo, PortsList, Stats, VersionInfo};
@@ -574,6 +575,8 @@ impl Service for Daemon {
             api::acl_method::APPLY => self.acl_apply(params),
             api::acl_method::DUMP => self.acl_dump(params),
             api::acl_method::CLEAR_COUNTERS => self.acl_clear(params),
+            api::vpc_method::SYNC => self.vpc_sync(params),
+            api::vpc_method::SHOW => self.vpc_show(params),
             other => Err(RpcError::method_not_found(other)),
         }
     }
