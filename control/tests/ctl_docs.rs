@@ -18,9 +18,9 @@ use std::net::IpAddr;
 
 use ferrule_control::acl::{parse_apply, AclManager};
 use ferrule_control::api::{
-    self, acl_method, neigh_method, route_method, trace_method, NeighAdd, NeighDel, NeighDump,
-    NetworkFilter, PortsList, RouteAdd, RouteDel, RouteDump, Stats, TraceDump, TraceResult,
-    TraceRun, TraceStart, VersionInfo,
+    self, acl_method, neigh_method, route_method, trace_method, vpc_method, NeighAdd, NeighDel,
+    NeighDump, NetworkFilter, PortsList, RouteAdd, RouteDel, RouteDump, Stats, TraceDump,
+    TraceResult, TraceRun, TraceStart, VersionInfo,
 };
 use ferrule_control::config::{parse_mac, Config, IpCidr, EMBEDDED_DEFAULT};
 use ferrule_control::ctl::drop_reason_description;
@@ -35,7 +35,7 @@ use serde_json::{json, Value};
 
 const DOC: &str = include_str!("../../docs/control-protocol.md");
 
-const METHODS: [&str; 12] = [
+const METHODS: [&str; 14] = [
     route_method::ADD,
     route_method::DEL,
     route_method::DUMP,
@@ -48,6 +48,8 @@ const METHODS: [&str; 12] = [
     acl_method::APPLY,
     acl_method::DUMP,
     acl_method::CLEAR_COUNTERS,
+    vpc_method::SYNC,
+    vpc_method::SHOW,
 ];
 
 /// The text of the doc from `start` up to the next line that starts with `end`.
@@ -159,6 +161,8 @@ fn examples_match_the_api_types() {
                 acl_method::APPLY => assert!(params.is_object(), "{message}"),
                 acl_method::DUMP => check_params::<api::AclDumpParams>(name, &params),
                 acl_method::CLEAR_COUNTERS => check_params::<api::AclClearParams>(name, &params),
+                vpc_method::SYNC => check_params::<api::VpcSync>(name, &params),
+                vpc_method::SHOW => assert!(params.is_null(), "{message}"),
                 _ => unreachable!("checked above"),
             }
             requested.push(method.clone());
@@ -193,6 +197,9 @@ fn examples_match_the_api_types() {
                 }
                 acl_method::CLEAR_COUNTERS => {
                     check_result::<api::AclCleared>(&method, result);
+                }
+                vpc_method::SYNC | vpc_method::SHOW => {
+                    check_result::<api::VpcState>(&method, result);
                 }
                 _ => unreachable!("checked above"),
             }
@@ -550,7 +557,7 @@ fn acl_examples_are_what_the_daemon_does() {
     let mut acl = AclManager::new(ports);
     let worker = ferrule_dataplane::counters::RuleCounters::default();
     let counters = [&worker];
-    let exchanges = exchanges(section("### `acl.apply`", "## Drop reasons"));
+    let exchanges = exchanges(section("### `acl.apply`", "### `vpc.sync`"));
     assert!(exchanges.len() >= 7, "{} ACL examples", exchanges.len());
     for (request, response) in exchanges {
         let params = request.get("params").cloned().unwrap_or(Value::Null);
@@ -588,6 +595,39 @@ fn acl_examples_are_what_the_daemon_does() {
             }
             (Ok(got), None) => panic!("{request}: the daemon answers {got}, the doc an error"),
             (Err(e), Some(_)) => panic!("{request}: the daemon refuses it: {e}"),
+        }
+    }
+}
+
+/// The VPC examples are what the daemon's VPC code answers on the example ports.
+#[test]
+fn vpc_examples_are_what_the_daemon_does() {
+    let fib = example_fib();
+    let mut state = ferrule_control::vpc::state(fib.snat());
+    for (request, response) in exchanges(section("### `vpc.sync`", "## Drop reasons")) {
+        let params = request.get("params").cloned().unwrap_or(Value::Null);
+        let outcome = match request["method"].as_str() {
+            Some(vpc_method::SYNC) => parse_params::<api::VpcSync>(&params).and_then(|spec| {
+                ferrule_control::vpc::policy(&spec, &fib.uplink_v4())
+                    .map(|p| {
+                        state = ferrule_control::vpc::state(&p);
+                        state.clone()
+                    })
+                    .map_err(|e| rpc::RpcError::invalid_params(&e.field, e.message))
+            }),
+            Some(vpc_method::SHOW) => Ok(state.clone()),
+            other => panic!("unexpected method {other:?}"),
+        };
+        match (outcome, response.get("result")) {
+            (Ok(got), Some(want)) => {
+                assert_eq!(serde_json::to_value(got).unwrap(), *want, "{request}")
+            }
+            (Err(e), None) => assert_eq!(
+                serde_json::to_value(&e).unwrap(),
+                response["error"],
+                "{request}"
+            ),
+            (got, _) => panic!("{request}: the daemon answers {got:?}, the doc {response}"),
         }
     }
 }
