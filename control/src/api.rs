@@ -349,6 +349,9 @@ pub enum TraceVerdict {
     Forward { port: String },
     /// Dropped for `reason` (a drop-reason name).
     Drop { reason: String },
+    /// Handed to worker `worker`, which owns the packet's connection and runs the
+    /// pipeline for it (live traces only).
+    Handoff { worker: u16 },
 }
 
 /// Result of `trace.run`.

@@ -4,6 +4,7 @@
 //! Every key is documented in `configs/README.md`.
 
 use crate::api::{PortRole, VpcSync, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_SOCKET};
+use ferrule_dataplane::conntrack::{CtConfig, Timeouts, MAX_ENTRIES};
 use ferrule_dataplane::nat::SnatPolicy;
 use serde::Deserialize;
 use std::collections::HashMap;
@@ -56,6 +57,18 @@ pub struct Config {
     /// `[vpc]`: the node's VPC state at start (SNAT off when it names no node IP);
     /// `vpc.sync` replaces it.
     pub snat: SnatPolicy,
+    /// `[ct]`: connection tracking.
+    pub ct: CtSection,
+}
+
+/// `[ct]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CtSection {
+    /// Limits (per worker) and timeouts.
+    pub table: CtConfig,
+    /// Check tracked connections again when the ACL state changes, closing those the
+    /// new rules deny (`policy-recheck`).
+    pub policy_recheck: bool,
 }
 
 /// `[eal]`.
@@ -269,6 +282,102 @@ struct RawConfig {
     neighbor: Vec<RawNeighbor>,
     #[serde(default)]
     vpc: RawVpc,
+    #[serde(default)]
+    ct: RawCt,
+}
+
+/// `[ct]`, as written (keys in kebab-case, `[ct.timeouts]` in seconds).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
+struct RawCt {
+    max_entries: Spanned<u32>,
+    max_per_zone: Spanned<u32>,
+    policy_recheck: bool,
+    timeouts: RawCtTimeouts,
+}
+
+impl Default for RawCt {
+    fn default() -> Self {
+        let d = CtConfig::default();
+        RawCt {
+            max_entries: Spanned::new(0..0, d.max_entries),
+            max_per_zone: Spanned::new(0..0, d.max_per_zone),
+            policy_recheck: true,
+            timeouts: RawCtTimeouts::default(),
+        }
+    }
+}
+
+/// `[ct.timeouts]`: seconds per state (netfilter's defaults).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
+struct RawCtTimeouts {
+    tcp_syn_sent: Spanned<u32>,
+    tcp_syn_recv: Spanned<u32>,
+    tcp_established: Spanned<u32>,
+    tcp_fin_wait: Spanned<u32>,
+    tcp_close_wait: Spanned<u32>,
+    tcp_last_ack: Spanned<u32>,
+    tcp_time_wait: Spanned<u32>,
+    tcp_close: Spanned<u32>,
+    udp_unreplied: Spanned<u32>,
+    udp_assured: Spanned<u32>,
+    icmp: Spanned<u32>,
+    generic: Spanned<u32>,
+}
+
+impl Default for RawCtTimeouts {
+    fn default() -> Self {
+        let d = Timeouts::default();
+        let s = |v| Spanned::new(0..0, v);
+        RawCtTimeouts {
+            tcp_syn_sent: s(d.tcp_syn_sent),
+            tcp_syn_recv: s(d.tcp_syn_recv),
+            tcp_established: s(d.tcp_established),
+            tcp_fin_wait: s(d.tcp_fin_wait),
+            tcp_close_wait: s(d.tcp_close_wait),
+            tcp_last_ack: s(d.tcp_last_ack),
+            tcp_time_wait: s(d.tcp_time_wait),
+            tcp_close: s(d.tcp_close),
+            udp_unreplied: s(d.udp_unreplied),
+            udp_assured: s(d.udp_assured),
+            icmp: s(d.icmp),
+            generic: s(d.generic),
+        }
+    }
+}
+
+impl RawCt {
+    fn validate(&self, ctx: &Ctx) -> Result<CtSection, ConfigError> {
+        let max = ctx.in_range(&self.max_entries, "ct.max-entries", 1..=MAX_ENTRIES)?;
+        let per_zone = ctx.in_range(&self.max_per_zone, "ct.max-per-zone", 1..=MAX_ENTRIES)?;
+        let t = &self.timeouts;
+        let secs = |v: &Spanned<u32>, key: &str| {
+            ctx.in_range(v, &format!("ct.timeouts.{key}"), 1..=31_536_000)
+        };
+        let timeouts = Timeouts {
+            tcp_syn_sent: secs(&t.tcp_syn_sent, "tcp-syn-sent")?,
+            tcp_syn_recv: secs(&t.tcp_syn_recv, "tcp-syn-recv")?,
+            tcp_established: secs(&t.tcp_established, "tcp-established")?,
+            tcp_fin_wait: secs(&t.tcp_fin_wait, "tcp-fin-wait")?,
+            tcp_close_wait: secs(&t.tcp_close_wait, "tcp-close-wait")?,
+            tcp_last_ack: secs(&t.tcp_last_ack, "tcp-last-ack")?,
+            tcp_time_wait: secs(&t.tcp_time_wait, "tcp-time-wait")?,
+            tcp_close: secs(&t.tcp_close, "tcp-close")?,
+            udp_unreplied: secs(&t.udp_unreplied, "udp-unreplied")?,
+            udp_assured: secs(&t.udp_assured, "udp-assured")?,
+            icmp: secs(&t.icmp, "icmp")?,
+            generic: secs(&t.generic, "generic")?,
+        };
+        Ok(CtSection {
+            table: CtConfig {
+                max_entries: max,
+                max_per_zone: per_zone,
+                timeouts,
+            },
+            policy_recheck: self.policy_recheck,
+        })
+    }
 }
 
 /// `[vpc]`, as written: the fields of `vpc.sync`.
@@ -880,6 +989,7 @@ impl RawConfig {
             });
         }
         let snat = self.vpc.validate(&ports, ctx)?;
+        let ct = self.ct.validate(ctx)?;
         Ok(Config {
             eal,
             control,
@@ -890,6 +1000,7 @@ impl RawConfig {
             routes,
             neighbors,
             snat,
+            ct,
         })
     }
 }
@@ -1301,7 +1412,10 @@ mac = "02:00:00:00:00:0b"
         let e = parse(&bad).unwrap_err();
         assert_eq!(e.key.as_deref(), Some("vpc.node_ips[0]"));
         assert_eq!(e.line, line_of(&bad, "node_ips ="));
-        assert!(e.message.contains("not an address of an uplink port"), "{e}");
+        assert!(
+            e.message.contains("not an address of an uplink port"),
+            "{e}"
+        );
         let bad = ok.replace("61000-61999", "61999-61000");
         let e = parse(&bad).unwrap_err();
         assert_eq!(e.key.as_deref(), Some("vpc.snat_ports"));

@@ -1050,6 +1050,7 @@ pub fn render_verdict(verdict: &TraceVerdict) -> String {
     match verdict {
         TraceVerdict::Forward { port } => format!("verdict: forward {port}"),
         TraceVerdict::Drop { reason } => format!("verdict: drop {reason}"),
+        TraceVerdict::Handoff { worker } => format!("verdict: handed to worker {worker}"),
     }
 }
 
@@ -1186,6 +1187,10 @@ pub fn drop_reason_description(reason: &str) -> Option<&'static str> {
         "tx-full" => "transmit queue full",
         "port-down" => "output port's link is down",
         "acl-deny" => "denied by an ACL",
+        "ct-invalid" => "invalid in its connection's state",
+        "ct-table-full" => "connection table full",
+        "snat-ports-exhausted" => "no free SNAT port",
+        "handoff-full" => "queue to the owning worker full",
         _ => return None,
     })
 }

@@ -6,6 +6,8 @@
 use crate::api::{TraceResult, TraceRun, TraceStage, TraceVerdict};
 use crate::config::parse_mac;
 use crate::rpc::RpcError;
+use ferrule_dataplane::conntrack::CtConfig;
+use ferrule_dataplane::pipeline::ct::Conntrack;
 use ferrule_dataplane::pipeline::synth::{self, SynthError, SynthSpec};
 use ferrule_dataplane::pipeline::{self, icmp_error, Action, IcmpErrorKind, Punt, Recorder};
 use ferrule_dataplane::snapshot::{PortRole, Snapshot};
@@ -131,6 +133,9 @@ pub fn render(
                 reason: "local-unhandled".into(),
             }
         }
+        // The owner runs the whole pipeline again (a synthetic trace has one table and
+        // never hands off; live captures can).
+        Action::Handoff { worker } => TraceVerdict::Handoff { worker },
         Action::Drop(reason) => TraceVerdict::Drop {
             reason: reason.name().to_string(),
         },
@@ -235,10 +240,18 @@ pub fn run(snap: &Snapshot, p: &TraceRun) -> Result<TraceResult, RpcError> {
 }
 
 /// Runs `frame`, as received on `in_port`, through the pipeline of `snap` with a
-/// recording tracer, and renders its stages and verdict.
+/// recording tracer, and renders its stages and verdict. Connection tracking runs on
+/// an empty table of its own: the trace shows what happens to the first packet of a
+/// connection (a new entry, its SNAT mapping), without touching the workers' tables.
 pub fn trace_frame(snap: &Snapshot, in_port: u16, frame: &mut [u8]) -> TraceResult {
     let mut rec = Recorder::default();
-    let action = pipeline::process(snap, in_port, frame, &mut rec);
+    let cfg = CtConfig {
+        max_entries: 16,
+        max_per_zone: 16,
+        ..CtConfig::default()
+    };
+    let mut ct = Conntrack::new(&cfg, 0, 1, true);
+    let action = pipeline::process_ct(snap, in_port, frame, Some(&mut ct), &mut rec);
     let sent = icmp_would_be_sent(snap, in_port, frame, action);
     let (stages, verdict) = render(snap, in_port, rec, action, sent);
     TraceResult { stages, verdict }

@@ -13,6 +13,7 @@ use ferrule_control::acl::{parse_apply, AclManager};
 use ferrule_control::api::AclDumpParams;
 use ferrule_control::config::Config;
 use ferrule_control::fib::Fib;
+use ferrule_dataplane::conntrack::CtConfig;
 use ferrule_dataplane::counters::{DropReason, RuleCounters, WorkerCounters};
 use ferrule_dataplane::dpdk::{lcore, Eal, EalConfig, EthPort, Mbuf, Mempool, PortConf, Ring};
 use ferrule_dataplane::punt::PuntQueues;
@@ -180,7 +181,7 @@ fn a_thousand_applies_never_lose_or_misclassify_a_packet() {
     }
     let cfg = Config::parse(CONFIG, "acl_hitless").expect("config");
     let mut fib = Fib::from_config(&cfg, &[MAC_A, MAC_B], &[a.id(), b.id()]).expect("fib");
-    let shared = Arc::new(Shared::new(fib.snapshot(), PuntQueues::new(64, 16)));
+    let shared = Arc::new(Shared::new(fib.snapshot(), PuntQueues::new(64, 16), 1));
     shared.set_dpdk_id(0, a.id());
     shared.set_dpdk_id(1, b.id());
     let counters = Arc::new(WorkerCounters::default());
@@ -189,6 +190,13 @@ fn a_thousand_applies_never_lose_or_misclassify_a_packet() {
         worker: 0,
         lcore,
         burst_size: 32,
+        workers: 1,
+        ct: CtConfig {
+            max_entries: 1024,
+            max_per_zone: 1024,
+            ..CtConfig::default()
+        },
+        ct_recheck: true,
         idle_sleep_us: 0,
         jobs: vec![
             RxJob {
@@ -331,7 +339,10 @@ fn a_thousand_applies_never_lose_or_misclassify_a_packet() {
         last = Some(s);
         through[FLOWS.iter().position(|&f| f == port).expect("flow")] += 1;
     }
-    eprintln!("sent {sent:?} through {through:?} acl drops {}", rig.acl_drops());
+    eprintln!(
+        "sent {sent:?} through {through:?} acl drops {}",
+        rig.acl_drops()
+    );
     assert_eq!(through[0], sent[0], "every packet of flow 1000 passes");
     assert_eq!(through[1], 0);
     assert!(

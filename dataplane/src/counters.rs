@@ -45,11 +45,19 @@ pub enum DropReason {
     PuntFull,
     /// Denied by an ACL rule, or matched no rule of an attached ACL table.
     AclDeny,
+    /// Not valid in its connection's state (e.g. a TCP RST outside the window).
+    CtInvalid,
+    /// A new connection found the connection table (or its zone's share) full.
+    CtTableFull,
+    /// No SNAT port was free for a new masqueraded connection.
+    SnatPortsExhausted,
+    /// The queue to the worker that owns the packet's connection was full.
+    HandoffFull,
 }
 
 impl DropReason {
     /// Number of reasons (the length of the per-worker drop array).
-    pub const COUNT: usize = 15;
+    pub const COUNT: usize = 19;
     /// All reasons, in counter order.
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::Malformed,
@@ -67,6 +75,10 @@ impl DropReason {
         DropReason::LocalUnhandled,
         DropReason::PuntFull,
         DropReason::AclDeny,
+        DropReason::CtInvalid,
+        DropReason::CtTableFull,
+        DropReason::SnatPortsExhausted,
+        DropReason::HandoffFull,
     ];
 
     /// The name used in counters, logs, traces and the control API.
@@ -87,6 +99,10 @@ impl DropReason {
             DropReason::LocalUnhandled => "local-unhandled",
             DropReason::PuntFull => "punt-full",
             DropReason::AclDeny => "acl-deny",
+            DropReason::CtInvalid => "ct-invalid",
+            DropReason::CtTableFull => "ct-table-full",
+            DropReason::SnatPortsExhausted => "snat-ports-exhausted",
+            DropReason::HandoffFull => "handoff-full",
         }
     }
 }

@@ -114,6 +114,30 @@ impl FlowKey {
         to_ip(self.family, self.dst)
     }
 
+    /// A hash of the flow that is the same for both directions (the endpoints are
+    /// ordered before hashing): which worker owns a connection.
+    pub fn symmetric_hash(&self) -> u64 {
+        let a = (self.src, self.src_port);
+        let b = (self.dst, self.dst_port);
+        let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
+        let mut h: u64 =
+            0xcbf2_9ce4_8422_2325 ^ u64::from(self.network) ^ (u64::from(self.proto) << 16);
+        let mut mix = |bytes: &[u8]| {
+            for chunk in bytes.chunks(8) {
+                let mut w = [0u8; 8];
+                w[..chunk.len()].copy_from_slice(chunk);
+                h = (h ^ u64::from_le_bytes(w))
+                    .wrapping_mul(0x0100_0000_01b3_u64 | 0x9E37_79B9_0000_0000);
+                h ^= h >> 29;
+            }
+        };
+        mix(&lo.0);
+        mix(&lo.1.to_le_bytes());
+        mix(&hi.0);
+        mix(&hi.1.to_le_bytes());
+        h ^ (h >> 32)
+    }
+
     /// The key of the reply direction.
     pub fn reversed(&self) -> FlowKey {
         FlowKey {
@@ -155,6 +179,30 @@ impl std::fmt::Display for FlowKey {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn symmetric_hash_is_the_same_both_ways_and_spreads() {
+        let k = FlowKey::v4(
+            0,
+            6,
+            Ipv4Addr::new(10, 1, 0, 2),
+            Ipv4Addr::new(8, 8, 8, 8),
+            40000,
+            443,
+        );
+        assert_eq!(k.symmetric_hash(), k.reversed().symmetric_hash());
+        let mut other = k;
+        other.network = 1;
+        assert_ne!(k.symmetric_hash(), other.symmetric_hash());
+        let odd = (0..1000u16)
+            .filter(|p| {
+                let mut f = k;
+                f.src_port = 10000 + p;
+                f.symmetric_hash() % 2 == 1
+            })
+            .count();
+        assert!((400..600).contains(&odd), "{odd} of 1000 on worker 1");
+    }
 
     #[test]
     fn key_is_fixed_size_and_round_trips_addresses() {

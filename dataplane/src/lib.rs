@@ -2,7 +2,9 @@
 //! on byte slices without the EAL, plus the DPDK I/O layer (feature `dpdk`).
 
 pub mod acl;
+pub mod conntrack;
 pub mod counters;
+pub mod ct_requests;
 pub mod flow;
 pub mod lpm;
 pub mod nat;

@@ -1,16 +1,25 @@
-//! The worker poll loop: each worker owns a set of receive queues, loads the current
-//! snapshot once per round, runs every received burst through the pipeline (or the
-//! static cross-connect of its input port), and transmits per output port. One burst
-//! at a time, counters once per burst, no locks, no heap allocation.
+//! The worker poll loop: each worker owns a set of receive queues and a connection
+//! table, loads the current snapshot once per round, runs every received burst through
+//! the pipeline (or the static cross-connect of its input port), hands packets whose
+//! connection another worker owns to that worker, and transmits per output port. One
+//! burst at a time, counters once per burst, no locks, no heap allocation on the
+//! packet path.
 
+use crate::conntrack::CtConfig;
 use crate::counters::{DropReason, WorkerCounters, MAX_PORTS};
+use crate::ct_requests::{self, CtReply, CtRequest};
 use crate::dpdk::{Burst, Mbuf, Mempool, MAX_BURST};
+use crate::pipeline::ct::Conntrack;
 use crate::pipeline::{self, icmp_error, Action, NoTrace, Scratch};
 use crate::punt::{InjectItem, PuntItem, PuntQueues, TraceCapture, TRACE_SNAPLEN};
 use crossbeam_queue::ArrayQueue;
 
 /// Packets the control thread may have waiting for worker 0 to send.
 const INJECT_QUEUE: usize = 1024;
+/// Packets waiting for the worker that owns their connection, per worker.
+const HANDOFF_QUEUE: usize = 4096;
+/// Connection-table expirations per poll round at most.
+const EXPIRE_BUDGET: usize = 64;
 use crate::snapshot::Snapshot;
 use arc_swap::ArcSwap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -48,6 +57,12 @@ pub struct WorkerPlan {
     pub lcore: u32,
     /// Packets per receive call (≤ [`MAX_BURST`]).
     pub burst_size: u16,
+    /// How many workers there are (connections are spread over them).
+    pub workers: u16,
+    /// The worker's connection table.
+    pub ct: CtConfig,
+    /// Check tracked connections again when the ACL state changes.
+    pub ct_recheck: bool,
     /// After this many consecutive empty polls, sleep `idle_sleep_us` between polls
     /// (0 = never sleep: pure poll mode).
     pub idle_sleep_us: u32,
@@ -69,6 +84,11 @@ pub struct Shared {
     pub punt: PuntQueues,
     /// Packets from the control thread for worker 0 to send.
     pub inject: ArrayQueue<InjectItem>,
+    /// Per worker, packets of connections it owns that another worker received.
+    handoff: Vec<ArrayQueue<HandoffItem>>,
+    /// Per worker, requests about its connection table, and all the answers.
+    ct_requests: Vec<ArrayQueue<CtRequest>>,
+    ct_replies: ArrayQueue<CtReply>,
     /// Port index + 1 whose received packets are being traced (0: none).
     trace_port: AtomicU32,
     /// Captures still wanted.
@@ -78,14 +98,29 @@ pub struct Shared {
     started_ns: AtomicU64,
 }
 
+/// A packet handed to the worker that owns its connection.
+#[derive(Debug)]
+struct HandoffItem {
+    mbuf: Mbuf,
+    /// Input port (configuration index).
+    in_port: u16,
+}
+
 impl Shared {
-    pub fn new(snapshot: Snapshot, punt: PuntQueues) -> Shared {
+    /// The state shared with `workers` workers.
+    pub fn new(snapshot: Snapshot, punt: PuntQueues, workers: usize) -> Shared {
+        let workers = workers.max(1);
         Shared {
             running: AtomicBool::new(true),
             link_up: std::array::from_fn(|_| AtomicBool::new(true)),
             snapshot: ArcSwap::from_pointee(snapshot),
             punt,
             inject: ArrayQueue::new(INJECT_QUEUE),
+            handoff: (0..workers)
+                .map(|_| ArrayQueue::new(HANDOFF_QUEUE))
+                .collect(),
+            ct_requests: (0..workers).map(|_| ArrayQueue::new(4)).collect(),
+            ct_replies: ArrayQueue::new(workers * 4),
             trace_port: AtomicU32::new(0),
             trace_remaining: AtomicU32::new(0),
             dpdk_ids: std::array::from_fn(|i| AtomicU32::new(i as u32)),
@@ -157,6 +192,32 @@ impl Shared {
             .is_ok()
     }
 
+    /// Sends `request` to every worker and collects their answers, waiting up to
+    /// `timeout` (control thread). `None` when a worker did not answer in time.
+    pub fn ask_workers(&self, request: &CtRequest, timeout: Duration) -> Option<Vec<CtReply>> {
+        while self.ct_replies.pop().is_some() {}
+        for q in &self.ct_requests {
+            if q.push(request.clone()).is_err() {
+                return None;
+            }
+        }
+        let deadline = std::time::Instant::now() + timeout;
+        let mut replies = Vec::with_capacity(self.ct_requests.len());
+        while replies.len() < self.ct_requests.len() {
+            match self.ct_replies.pop() {
+                Some(r) => replies.push(r),
+                None if std::time::Instant::now() > deadline => {
+                    for q in &self.ct_requests {
+                        while q.pop().is_some() {}
+                    }
+                    return None;
+                }
+                None => std::thread::sleep(Duration::from_micros(200)),
+            }
+        }
+        Some(replies)
+    }
+
     pub fn set_started_ns(&self, ns: u64) {
         self.started_ns.store(ns, Ordering::Relaxed);
     }
@@ -185,6 +246,11 @@ struct Ctx<'a> {
     /// ICMP errors sent in the current one-second window, and when it started.
     icmp_sent: u32,
     icmp_window: std::time::Instant,
+    ct: Conntrack,
+    /// When the worker started (the connection table's clock counts from here).
+    started: std::time::Instant,
+    /// Handed-off packets of the current round, for one input port.
+    handed: Burst,
 }
 
 /// Runs the poll loop until `shared.stop()`; returns 0.
@@ -212,6 +278,9 @@ pub fn run(plan: &WorkerPlan, shared: &Shared, counters: &WorkerCounters, pool: 
         drops: Burst::new(),
         icmp_sent: 0,
         icmp_window: std::time::Instant::now(),
+        ct: Conntrack::new(&plan.ct, plan.worker as u16, plan.workers, plan.ct_recheck),
+        started: std::time::Instant::now(),
+        handed: Burst::new(),
     };
     let mut burst = Burst::new();
     let mut idle_polls = 0u32;
@@ -226,6 +295,7 @@ pub fn run(plan: &WorkerPlan, shared: &Shared, counters: &WorkerCounters, pool: 
         let mut snap = None;
         let mut rx_total = 0u64;
         let mut tx_total = 0u64;
+        ctx.ct.now = ctx.started.elapsed().as_millis() as u64;
         for job in &plan.jobs {
             let n = burst.rx(job.port, job.queue, burst_size) as u64;
             if n == 0 {
@@ -240,9 +310,19 @@ pub fn run(plan: &WorkerPlan, shared: &Shared, counters: &WorkerCounters, pool: 
                 Some(out) => cross_connect(&mut burst, job, out, bytes, shared, counters),
                 None => {
                     let snap = snap.get_or_insert_with(|| shared.snapshot.load());
-                    ctx.pipeline(&mut burst, job, snap)
+                    ctx.pipeline(&mut burst, job.index, snap)
                 }
             };
+        }
+        if !shared.handoff[plan.worker].is_empty() {
+            let snap = snap.get_or_insert_with(|| shared.snapshot.load());
+            tx_total += ctx.handed_off(snap);
+        }
+        if !ctx.ct.table.is_empty() {
+            ctx.ct.table.expire(ctx.ct.now, EXPIRE_BUDGET);
+        }
+        if !shared.ct_requests[plan.worker].is_empty() {
+            ctx.answer_ct();
         }
         if plan.worker == 0 && !shared.inject.is_empty() {
             tx_total += ctx.inject();
@@ -303,15 +383,58 @@ const ICMP_ERRORS_PER_SECOND: u32 = 1000;
 const MAX_CAPTURES_PER_BURST: usize = 8;
 
 impl Ctx<'_> {
-    /// Runs a received burst through the pipeline and transmits the results. Returns
+    /// Runs the packets other workers handed to this one (the owner of their
+    /// connections) through the pipeline, a run of one input port at a time. Returns
     /// the number of packets sent.
-    fn pipeline(&mut self, burst: &mut Burst, job: &RxJob, snap: &Snapshot) -> u64 {
+    fn handed_off(&mut self, snap: &Snapshot) -> u64 {
+        let queue = &self.shared.handoff[self.plan.worker];
+        let mut sent = 0u64;
+        let mut port = None;
+        let mut handed = std::mem::replace(&mut self.handed, Burst::new());
+        // A packet is handed off once: here it stays, whatever the owner says now.
+        self.ct.no_handoff = true;
+        for _ in 0..MAX_BURST {
+            let Some(item) = queue.pop() else { break };
+            if port.is_some_and(|p| p != item.in_port) {
+                sent += self.pipeline(&mut handed, usize::from(port.unwrap_or(0)), snap);
+            }
+            port = Some(item.in_port);
+            if let Err(m) = handed.push(item.mbuf) {
+                drop(m);
+            }
+        }
+        if let Some(p) = port.filter(|_| !handed.is_empty()) {
+            sent += self.pipeline(&mut handed, usize::from(p), snap);
+        }
+        self.ct.no_handoff = false;
+        self.handed = handed;
+        sent
+    }
+
+    /// Answers the control thread's requests about the connection table.
+    fn answer_ct(&mut self) {
+        while let Some(request) = self.shared.ct_requests[self.plan.worker].pop() {
+            let reply = ct_requests::answer(
+                self.plan.worker as u16,
+                &mut self.ct.table,
+                &request,
+                self.ct.now,
+            );
+            // The control thread drains the answers; a full queue loses this one and
+            // the request times out there.
+            let _ = self.shared.ct_replies.push(reply);
+        }
+    }
+
+    /// Runs a burst received on port `in_index` through the pipeline and transmits
+    /// the results. Returns the number of packets sent.
+    fn pipeline(&mut self, burst: &mut Burst, in_index: usize, snap: &Snapshot) -> u64 {
         let n = burst.len();
-        let in_port = job.index as u16;
-        if self.shared.trace_armed(job.index) {
+        let in_port = in_index as u16;
+        if self.shared.trace_armed(in_index) {
             for i in 0..n {
                 if self.captures.len() == self.captures.capacity()
-                    || !self.shared.claim_trace(job.index)
+                    || !self.shared.claim_trace(in_index)
                 {
                     break;
                 }
@@ -325,6 +448,7 @@ impl Ctx<'_> {
             burst,
             &mut self.actions[..n],
             &mut self.scratch,
+            Some(&mut self.ct),
             &mut NoTrace,
         );
         for hit in self.scratch.acl_hits() {
@@ -344,7 +468,7 @@ impl Ctx<'_> {
                     self.stage(in_port, m);
                 }
                 Action::IcmpError { kind, reason } => {
-                    self.drop(m, reason, job.index);
+                    self.drop(m, reason, in_index);
                     if let Some(err) = self.icmp_error(snap, in_port, i, kind) {
                         self.counters.icmp_errors.add(1);
                         self.stage(in_port, err);
@@ -359,17 +483,30 @@ impl Ctx<'_> {
                     };
                     match self.shared.punt.packets.push(item) {
                         Ok(()) => self.counters.punts.add(1),
-                        Err(item) => self.drop(item.mbuf, DropReason::PuntFull, job.index),
+                        Err(item) => self.drop(item.mbuf, DropReason::PuntFull, in_index),
                     }
                 }
-                Action::Drop(reason) => self.drop(m, reason, job.index),
+                Action::Handoff { worker } => {
+                    let item = HandoffItem { mbuf: m, in_port };
+                    match self
+                        .shared
+                        .handoff
+                        .get(usize::from(worker))
+                        .map(|q| q.push(item))
+                    {
+                        Some(Ok(())) => {}
+                        Some(Err(item)) => self.drop(item.mbuf, DropReason::HandoffFull, in_index),
+                        None => {}
+                    }
+                }
+                Action::Drop(reason) => self.drop(m, reason, in_index),
             }
         }
         burst.clear_taken();
         if !self.drops.is_empty() {
             self.drops.free_all();
         }
-        self.flush(Some(job.index))
+        self.flush(Some(in_index))
     }
 
     /// Sends what the control thread queued (at most a burst's worth per round).

@@ -5,6 +5,7 @@
 #![cfg(feature = "dpdk")]
 
 use etherparse::PacketBuilder;
+use ferrule_dataplane::conntrack::CtConfig;
 use ferrule_dataplane::counters::{DropReason, WorkerCounters};
 use ferrule_dataplane::dpdk::{lcore, Eal, EalConfig, EthPort, Mbuf, Mempool, PortConf, Ring};
 use ferrule_dataplane::punt::PuntQueues;
@@ -64,6 +65,13 @@ fn run_worker(rig: &Rig, shared: &Arc<Shared>, counters: &Arc<WorkerCounters>) -
         worker: 0,
         lcore,
         burst_size: 32,
+        workers: 1,
+        ct: CtConfig {
+            max_entries: 1024,
+            max_per_zone: 1024,
+            ..CtConfig::default()
+        },
+        ct_recheck: true,
         idle_sleep_us: 0,
         jobs: vec![
             RxJob {
@@ -94,7 +102,7 @@ fn run_worker(rig: &Rig, shared: &Arc<Shared>, counters: &Arc<WorkerCounters>) -
 }
 
 fn byte_for_byte(rig: &Rig) {
-    let shared = Arc::new(Shared::new(Snapshot::empty(), PuntQueues::new(16, 16)));
+    let shared = Arc::new(Shared::new(Snapshot::empty(), PuntQueues::new(16, 16), 1));
     let counters = Arc::new(WorkerCounters::default());
     let lcore = run_worker(rig, &shared, &counters);
 
@@ -152,7 +160,7 @@ fn byte_for_byte(rig: &Rig) {
 }
 
 fn link_down_and_tx_full(rig: &Rig) {
-    let shared = Arc::new(Shared::new(Snapshot::empty(), PuntQueues::new(16, 16)));
+    let shared = Arc::new(Shared::new(Snapshot::empty(), PuntQueues::new(16, 16), 1));
     let counters = Arc::new(WorkerCounters::default());
     // Port b's link is down: everything from a is dropped as port-down.
     shared.set_link(1, false);

@@ -2,119 +2,20 @@
 //! through `pipeline::process` against a hand-built snapshot; results are decoded by
 //! etherparse again (an independent implementation) — MACs, TTL, checksums, ICMP.
 
+mod common;
+
+use common::*;
 use etherparse::{Icmpv4Type, Icmpv6Type, NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
-use ferrule_dataplane::acl::table::{AclTables, Table};
-use ferrule_dataplane::acl::{self, Action as AclAction, PortRange, Prefix, Proto, Rule};
+use ferrule_dataplane::acl::table::AclTables;
+use ferrule_dataplane::acl::{Action as AclAction, Proto};
 use ferrule_dataplane::counters::{DropReason, MAX_PORTS};
-use ferrule_dataplane::lpm::{Lpm4, Lpm6};
 use ferrule_dataplane::pipeline::{
     self, icmp_error, Action, IcmpErrorKind, NoTrace, Punt, Recorder,
 };
-use ferrule_dataplane::snapshot::{Neighbor, Network, NextHopEntry, PortRole, PortState, Snapshot};
+use ferrule_dataplane::snapshot::Snapshot;
 use ferrule_dataplane::wire::EthernetAddress;
-use rustc_hash::FxHashMap;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
-
-const GW_MAC_A: [u8; 6] = [2, 0xfe, 0, 0, 0, 0xa];
-const GW_MAC_B: [u8; 6] = [2, 0xfe, 0, 0, 0, 0xb];
-const UPLINK_MAC: [u8; 6] = [2, 0xfe, 0, 0, 0, 0xc];
-const POD_A: [u8; 6] = [2, 0, 0, 0, 1, 2];
-const POD_B: [u8; 6] = [2, 0, 0, 0, 1, 3];
-const ROUTER: [u8; 6] = [2, 0, 0, 0, 9, 1];
-const GW4: Ipv4Addr = Ipv4Addr::new(169, 254, 1, 1);
-const GW6: Ipv6Addr = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 1);
-
-fn v6(s: &str) -> Ipv6Addr {
-    s.parse().expect("ipv6")
-}
-
-/// pod-a (0) 10.1.0.2, pod-b (1) 10.1.0.3 mtu 1400, uplink (2) 192.0.2.10/24 with a
-/// default route via 192.0.2.1 (resolved) and 198.51.100.0/24 via 192.0.2.99
-/// (unresolved); 203.0.113.0/24 blackholed; fd00:1::2 and ::3 on the pods.
-fn snapshot() -> Snapshot {
-    let pod = |name: &str, mac, pod_mac, mtu| PortState {
-        name: name.into(),
-        dpdk_id: 0,
-        role: PortRole::Pod,
-        network: 0,
-        mac: EthernetAddress(mac),
-        mtu,
-        pod_mac: Some(EthernetAddress(pod_mac)),
-        local_v4: vec![GW4],
-        local_v6: vec![GW6],
-        xconnect: None,
-    };
-    let ports = vec![
-        pod("pod-a", GW_MAC_A, POD_A, 1500),
-        pod("pod-b", GW_MAC_B, POD_B, 1400),
-        PortState {
-            name: "uplink0".into(),
-            dpdk_id: 2,
-            role: PortRole::Uplink,
-            network: 0,
-            mac: EthernetAddress(UPLINK_MAC),
-            mtu: 1500,
-            pod_mac: None,
-            local_v4: vec![Ipv4Addr::new(192, 0, 2, 10)],
-            local_v6: vec![v6("2001:db8::10")],
-            xconnect: None,
-        },
-    ];
-    let next_hops = vec![
-        NextHopEntry::Port { port: 0, via: None },
-        NextHopEntry::Port { port: 1, via: None },
-        NextHopEntry::Port { port: 2, via: None },
-        NextHopEntry::Port {
-            port: 2,
-            via: Some(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1))),
-        },
-        NextHopEntry::Local,
-        NextHopEntry::Blackhole,
-        NextHopEntry::Port {
-            port: 2,
-            via: Some(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 99))),
-        },
-    ];
-    let mut l4 = Lpm4::new();
-    l4.insert(Ipv4Addr::new(10, 1, 0, 2), 32, 0).expect("route");
-    l4.insert(Ipv4Addr::new(10, 1, 0, 3), 32, 1).expect("route");
-    l4.insert(Ipv4Addr::new(192, 0, 2, 0), 24, 2)
-        .expect("route");
-    l4.insert(Ipv4Addr::new(192, 0, 2, 10), 32, 4)
-        .expect("route");
-    l4.insert(Ipv4Addr::UNSPECIFIED, 0, 3).expect("route");
-    l4.insert(Ipv4Addr::new(203, 0, 113, 0), 24, 5)
-        .expect("route");
-    l4.insert(Ipv4Addr::new(198, 51, 100, 0), 24, 6)
-        .expect("route");
-    let mut l6 = Lpm6::new();
-    l6.insert(v6("fd00:1::2"), 128, 0).expect("route");
-    l6.insert(v6("fd00:1::3"), 128, 1).expect("route");
-    let mut neighbors = FxHashMap::default();
-    neighbors.insert(
-        (0u16, IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1))),
-        Neighbor {
-            mac: EthernetAddress(ROUTER),
-            port: 2,
-        },
-    );
-    Snapshot {
-        generation: 1,
-        ports,
-        networks: vec![Network {
-            name: "default".into(),
-            lpm4: Arc::new(l4),
-            lpm6: Arc::new(l6),
-            gateway_v4: GW4,
-            gateway_v6: GW6,
-        }],
-        next_hops: Arc::new(next_hops),
-        neighbors: Arc::new(neighbors),
-        acl: Default::default(),
-        snat: Default::default(),
-    }
-}
 
 fn udp4(
     src_mac: [u8; 6],
@@ -684,7 +585,15 @@ fn burst_equals_packet_by_packet(snap: &Snapshot) {
         .map(|f| {
             let mut actions = [Action::Drop(DropReason::Malformed)];
             let mut one: &mut [u8] = f;
-            pipeline::process_burst(&snap, 0, &mut one, &mut actions, &mut single, &mut NoTrace);
+            pipeline::process_burst(
+                &snap,
+                0,
+                &mut one,
+                &mut actions,
+                &mut single,
+                None,
+                &mut NoTrace,
+            );
             expected_hits.extend_from_slice(single.acl_hits());
             actions[0]
         })
@@ -697,6 +606,7 @@ fn burst_equals_packet_by_packet(snap: &Snapshot) {
         frames.as_mut_slice(),
         &mut actions,
         &mut scratch,
+        None,
         &mut NoTrace,
     );
     assert_eq!(actions, expected);
@@ -806,22 +716,6 @@ fn neighbor_solicitations_are_checked() {
     assert_eq!(run(&snap, 0, &mut f), Action::Drop(DropReason::Malformed));
 }
 
-fn rule(action: AclAction, proto: Proto, dst: &str, dst_port: Option<u16>) -> Rule {
-    let mut r = Rule::any(action);
-    r.proto = proto;
-    r.dst = Prefix::parse(dst, acl::RuleField::Dst).expect("prefix");
-    if let Some(p) = dst_port {
-        r.dst_port = PortRange::single(p);
-    }
-    r
-}
-
-/// Counter slot of table `t` rule `r`: `t * 100 + r`; no match: `t * 100 + 99`.
-fn table(t: u32, name: &str, rules: Vec<Rule>) -> Arc<Table> {
-    let slots = (0..rules.len() as u32).map(|r| t * 100 + r).collect();
-    Arc::new(Table::compile(name.into(), rules, slots, t * 100 + 99).expect("compile"))
-}
-
 /// The test snapshot with ACLs: pod-a ingress denies UDP to 10.1.0.3 port 53 and
 /// UDP to 8.8.8.0/24 port 53 (the rest permitted); pod-b egress permits TCP only (the
 /// rest matches nothing: denied); uplink egress permits all, and the global table
@@ -839,7 +733,11 @@ fn acl_snapshot() -> Snapshot {
                 rule(AclAction::Permit, Proto::Any, any, None),
             ],
         ),
-        table(1, "pod-b-out", vec![rule(AclAction::Permit, Proto::TCP, any, None)]),
+        table(
+            1,
+            "pod-b-out",
+            vec![rule(AclAction::Permit, Proto::TCP, any, None)],
+        ),
         table(
             2,
             "uplink-out",
@@ -859,7 +757,7 @@ fn acl_snapshot() -> Snapshot {
     ingress[0] = Some(0);
     egress[1] = Some(1);
     egress[2] = Some(2);
-    snap.acl = Arc::new(AclTables::new(tables, ingress, egress, Some(3)));
+    snap.acl = Arc::new(AclTables::new(tables, ingress, egress, Some(3), 1));
     snap
 }
 
@@ -884,6 +782,7 @@ fn verdict(snap: &Snapshot, port: u16, mut frame: Vec<u8>) -> (Action, Vec<u32>)
         &mut one,
         &mut actions,
         &mut scratch,
+        None,
         &mut NoTrace,
     );
     (
@@ -908,6 +807,7 @@ fn acls_apply_on_ingress_egress_and_the_global_table() {
         frames.as_mut_slice(),
         &mut actions,
         &mut scratch,
+        None,
         &mut NoTrace,
     );
     assert_eq!(actions[0], deny);
@@ -953,6 +853,7 @@ fn acls_apply_on_ingress_egress_and_the_global_table() {
         ingress,
         [None; MAX_PORTS],
         None,
+        1,
     ));
     let arp = arp_request(POD_A, [10, 1, 0, 2], GW4.octets());
     assert_eq!(verdict(&deny_all, 0, arp), (Action::Reply, vec![]));

@@ -176,6 +176,7 @@ fn bench(c: &mut Criterion) {
             a.as_mut_slice(),
             &mut actions[..chunk.len()],
             &mut scratch,
+            None,
             &mut NoTrace,
         );
         let sent = l3fwd(&rte, b.as_mut_slice(), &macs);
@@ -233,6 +234,7 @@ fn bench(c: &mut Criterion) {
                     &mut slots,
                     &mut actions,
                     &mut scratch,
+                    None,
                     &mut NoTrace,
                 );
                 black_box(&actions);

@@ -171,6 +171,9 @@ pub fn plan_workers(cfg: &Config, worker_lcores: &[u32], port_ids: &[u16]) -> Ve
             worker,
             lcore,
             burst_size: cfg.dataplane.burst_size,
+            workers: worker_lcores.len().max(1) as u16,
+            ct: cfg.ct.table,
+            ct_recheck: cfg.ct.policy_recheck,
             idle_sleep_us: cfg.dataplane.idle_sleep_us,
             jobs: Vec::new(),
         })
@@ -288,6 +291,7 @@ impl Daemon {
         let shared = Arc::new(Shared::new(
             fib.snapshot(),
             PuntQueues::new(PUNT_QUEUE, TRACE_QUEUE),
+            worker_lcores.len(),
         ));
         for (i, p) in ports.iter().enumerate() {
             shared.set_link(i, p.link_up);

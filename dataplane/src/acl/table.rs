@@ -125,6 +125,12 @@ pub struct AclTables {
     /// Whether any egress table or the global table is attached (skips the egress
     /// stage entirely when not).
     pub any_egress: bool,
+    /// Whether any table holds a `reflect` rule (conntrack then tracks what they let
+    /// through).
+    pub has_reflect: bool,
+    /// Numbers the ACL states published; a tracked connection remembers the one it
+    /// was checked against and is checked again when it changes.
+    pub generation: u64,
 }
 
 impl Default for AclTables {
@@ -135,25 +141,34 @@ impl Default for AclTables {
             egress: [None; MAX_PORTS],
             global: None,
             any_egress: false,
+            has_reflect: false,
+            generation: 0,
         }
     }
 }
 
 impl AclTables {
-    /// Tables and attachments; `any_egress` is derived.
+    /// Tables and attachments of ACL state number `generation`; `any_egress` and
+    /// `has_reflect` are derived.
     pub fn new(
         tables: Vec<Arc<Table>>,
         ingress: [Option<u16>; MAX_PORTS],
         egress: [Option<u16>; MAX_PORTS],
         global: Option<u16>,
+        generation: u64,
     ) -> AclTables {
         let any_egress = global.is_some() || egress.iter().any(Option::is_some);
+        let has_reflect = tables
+            .iter()
+            .any(|t| t.actions.contains(&Action::Reflect));
         AclTables {
             tables,
             ingress,
             egress,
             global,
             any_egress,
+            has_reflect,
+            generation,
         }
     }
 
@@ -214,7 +229,7 @@ mod tests {
         let t = Arc::new(Table::compile("t".into(), Vec::new(), Vec::new(), 0).unwrap());
         let mut ingress = [None; MAX_PORTS];
         ingress[2] = Some(0);
-        let acl = AclTables::new(vec![t], ingress, [None; MAX_PORTS], None);
+        let acl = AclTables::new(vec![t], ingress, [None; MAX_PORTS], None, 1);
         assert!(acl.attached(2, Direction::Ingress).is_some());
         assert!(acl.attached(2, Direction::Egress).is_none());
         assert!(acl.attached(99, Direction::Ingress).is_none());

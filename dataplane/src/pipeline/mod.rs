@@ -4,22 +4,27 @@
 //! `ferrulectl trace` runs the same code on one synthetic packet ([`process`]) with a
 //! recording [`Tracer`].
 //!
-//! Stages: parse → l2 (destination MAC) → local (ARP, ND, echo for Ferrule's own
-//! addresses) → ttl → acl (the input port's ingress table) → route (per-network LPM)
-//! → acl (the output port's egress table, then the global table on uplinks) → mtu →
-//! neighbour → rewrite.
+//! Stages: parse → l2 (destination MAC) → ct (the connection: owner worker, lookup,
+//! replies translated back) → local (ARP, ND, echo for Ferrule's own addresses) → ttl
+//! → acl (the input port's ingress table) → route (per-network LPM) → acl (the output
+//! port's egress table, then the global table on uplinks) → ct commit and nat (new
+//! connections, masquerade) → mtu → neighbour → rewrite. The ct stages run when the
+//! caller passes its [`ct::Conntrack`] and there is something to track.
 
+pub mod ct;
 pub mod icmp_error;
 pub mod local;
 pub mod parse;
 pub mod synth;
 
+use crate::acl::rule::Action as RuleAction;
 use crate::acl::table::{Direction, Table};
 use crate::acl::FlowKey;
 use crate::counters::DropReason;
 use crate::lpm;
 use crate::snapshot::{NextHopEntry, PortRole, PortState, Snapshot};
 use crate::wire::{EthernetAddress, EthernetFrame, Ipv4Packet, Ipv6Packet};
+use ct::{Conntrack, CtMark};
 use std::fmt;
 use std::net::IpAddr;
 
@@ -62,6 +67,8 @@ pub enum Action {
     },
     /// Hand it to the control thread.
     Punt(Punt),
+    /// Hand it to the worker that owns its connection, to run the pipeline there.
+    Handoff { worker: u16 },
     /// Drop it.
     Drop(DropReason),
 }
@@ -71,10 +78,12 @@ pub enum Action {
 pub enum Stage {
     Parse,
     L2,
+    Conntrack,
     Local,
     Ttl,
     Acl,
     Route,
+    Nat,
     Mtu,
     Neighbor,
     Rewrite,
@@ -85,10 +94,12 @@ impl Stage {
         match self {
             Stage::Parse => "parse",
             Stage::L2 => "l2",
+            Stage::Conntrack => "ct",
             Stage::Local => "local",
             Stage::Ttl => "ttl",
             Stage::Acl => "acl",
             Stage::Route => "route",
+            Stage::Nat => "nat",
             Stage::Mtu => "mtu",
             Stage::Neighbor => "neighbor",
             Stage::Rewrite => "rewrite",
@@ -193,6 +204,8 @@ struct AclScratch {
     results: [u32; MAX_BURST],
     /// Per packet, whether the last table it went through denied it.
     denied: [bool; MAX_BURST],
+    /// Per packet, whether a `reflect` rule let it through.
+    reflect: [bool; MAX_BURST],
     /// Per packet, the table the current egress pass applies (`NO_TABLE`: none).
     table_of: [u16; MAX_BURST],
     /// Hits of the burst: at most ingress, egress and global per packet.
@@ -219,6 +232,8 @@ pub struct Scratch {
     hop: [(u16, Option<IpAddr>); MAX_BURST],
     /// The packets an egress table classifies in one batch.
     members: [u16; MAX_BURST],
+    /// Per packet, what conntrack found.
+    ct: [CtMark; MAX_BURST],
     acl: AclScratch,
 }
 
@@ -234,10 +249,12 @@ impl Default for Scratch {
             routed: [0; MAX_BURST],
             hop: [(0, None); MAX_BURST],
             members: [0; MAX_BURST],
+            ct: [CtMark::None; MAX_BURST],
             acl: AclScratch {
                 keys: [FlowKey::default(); MAX_BURST],
                 results: [0; MAX_BURST],
                 denied: [false; MAX_BURST],
+                reflect: [false; MAX_BURST],
                 table_of: [NO_TABLE; MAX_BURST],
                 hits: [AclHit::default(); 3 * MAX_BURST],
                 n_hits: 0,
@@ -257,10 +274,21 @@ impl Scratch {
 /// in place for `Forward` and `Reply`; for every other action it is left as received
 /// (so a punted or traced packet is still the original).
 pub fn process<T: Tracer>(snap: &Snapshot, in_port: u16, frame: &mut [u8], t: &mut T) -> Action {
+    process_ct(snap, in_port, frame, None, t)
+}
+
+/// [`process`] with connection tracking.
+pub fn process_ct<T: Tracer>(
+    snap: &Snapshot,
+    in_port: u16,
+    frame: &mut [u8],
+    ct: Option<&mut Conntrack>,
+    t: &mut T,
+) -> Action {
     let mut scratch = Scratch::default();
     let mut actions = [Action::Drop(DropReason::Malformed)];
     let mut one: &mut [u8] = frame;
-    process_burst(snap, in_port, &mut one, &mut actions, &mut scratch, t);
+    process_burst(snap, in_port, &mut one, &mut actions, &mut scratch, ct, t);
     actions[0]
 }
 
@@ -274,6 +302,7 @@ pub fn process_burst<F: Frames + ?Sized, T: Tracer>(
     frames: &mut F,
     actions: &mut [Action],
     s: &mut Scratch,
+    mut ct: Option<&mut Conntrack>,
     t: &mut T,
 ) {
     let n = frames.count().min(MAX_BURST).min(actions.len());
@@ -286,10 +315,22 @@ pub fn process_burst<F: Frames + ?Sized, T: Tracer>(
     for i in 0..PREFETCH_AHEAD.min(n) {
         frames.prefetch(i);
     }
+    if !ct.as_deref().is_some_and(|c| c.active(snap)) {
+        ct = None;
+    }
     let mut n_ok = 0usize;
     for (i, action) in actions.iter_mut().enumerate().take(n) {
         frames.prefetch(i + PREFETCH_AHEAD);
-        match front(snap, port, frames.frame_mut(i), t) {
+        s.ct[i] = CtMark::None;
+        s.acl.reflect[i] = false;
+        match front(
+            snap,
+            port,
+            frames.frame_mut(i),
+            ct.as_deref_mut(),
+            &mut s.ct[i],
+            t,
+        ) {
             Ok(parsed) => {
                 s.parsed[i] = parsed;
                 s.ok[n_ok] = i as u16;
@@ -298,18 +339,32 @@ pub fn process_burst<F: Frames + ?Sized, T: Tracer>(
             Err(a) => *action = a,
         }
     }
-    // Stage 2: the input port's ingress ACL, one batch (a burst has one input port).
+    // Stage 2: the input port's ingress ACL, one batch (a burst has one input port);
+    // tracked packets that may skip it keep their place.
     if let Some(table) = snap.acl.attached(in_port, Direction::Ingress) {
-        n_ok = acl_filter(
+        let (mut kept, mut m) = (0usize, 0usize);
+        for k in 0..n_ok {
+            let i = s.ok[k];
+            if s.ct[usize::from(i)].skips_acl() {
+                s.ok[kept] = i;
+                kept += 1;
+            } else {
+                s.members[m] = i;
+                m += 1;
+            }
+        }
+        let passed = acl_filter(
             table,
             "ingress",
-            &mut s.ok[..n_ok],
+            &mut s.members[..m],
             &s.parsed,
             &mut s.acl,
             &*frames,
             actions,
             t,
         );
+        s.ok[kept..kept + passed].copy_from_slice(&s.members[..passed]);
+        n_ok = kept + passed;
     }
     let (mut n4, mut n6) = (0usize, 0usize);
     for &i in &s.ok[..n_ok] {
@@ -358,11 +413,37 @@ pub fn process_burst<F: Frames + ?Sized, T: Tracer>(
     if snap.acl.any_egress {
         n_routed = egress_acl(snap, s, n_routed, &*frames, actions, t);
     }
-    // Stage 5: MTU, neighbour, rewrite.
+    // Stage 5: conntrack commit and NAT, MTU, neighbour, rewrite.
     for &i in &s.routed[..n_routed] {
         let i = usize::from(i);
         let (out, via) = s.hop[i];
+        if let (Some(ct), Some(output)) = (ct.as_deref_mut(), snap.ports.get(usize::from(out))) {
+            let reflect = s.acl.reflect[i];
+            let frame = frames.frame_mut(i);
+            if let Err(a) = ct::commit(
+                snap,
+                ct,
+                port,
+                output,
+                &s.parsed[i],
+                s.ct[i],
+                reflect,
+                frame,
+                t,
+            ) {
+                actions[i] = a;
+                continue;
+            }
+        }
         actions[i] = finish(snap, port, &s.parsed[i], out, via, frames.frame_mut(i), t);
+    }
+    // Connections the changed ACLs now deny are closed.
+    if let Some(ct) = ct {
+        for i in 0..n {
+            if actions[i] == Action::Drop(DropReason::AclDeny) {
+                ct::close_denied(ct, s.ct[i], t);
+            }
+        }
     }
 }
 
@@ -394,6 +475,7 @@ fn acl_filter<F: Frames + ?Sized, T: Tracer>(
         trace_verdict(t, table, direction, result);
         let permitted = table.permits(result);
         a.denied[i] = !permitted;
+        a.reflect[i] |= permitted && table.action(result) == RuleAction::Reflect;
         if permitted {
             list[kept] = list[k];
             kept += 1;
@@ -471,6 +553,7 @@ fn egress_acl<F: Frames + ?Sized, T: Tracer>(
             } else {
                 acl.egress.get(usize::from(out)).copied().flatten()
             };
+            let table = table.filter(|_| !s.ct[usize::from(i)].skips_acl());
             s.acl.table_of[usize::from(i)] = table.unwrap_or(NO_TABLE);
             pending += usize::from(table.is_some());
         }
@@ -534,9 +617,11 @@ fn front<T: Tracer>(
     snap: &Snapshot,
     port: &PortState,
     frame: &mut [u8],
+    ct: Option<&mut Conntrack>,
+    mark: &mut CtMark,
     t: &mut T,
 ) -> Result<Parsed, Action> {
-    let parsed = match parse::parse(frame, port.network) {
+    let mut parsed = match parse::parse(frame, port.network) {
         Ok(p) => p,
         Err(reason) => {
             trace!(
@@ -582,6 +667,9 @@ fn front<T: Tracer>(
 
     if parsed.is_arp() {
         return Err(local::arp(port, frame, t));
+    }
+    if let Some(ct) = ct {
+        *mark = ct::lookup(snap, ct, &mut parsed, frame, t)?;
     }
     if let Some(action) = local::input(port, &parsed, frame, t) {
         return Err(action);

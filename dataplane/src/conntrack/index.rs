@@ -1,0 +1,240 @@
+//! The connection table's hash index: a seeded multiply-fold hash of a [`FlowKey`] and
+//! an open-addressing table of 64-byte buckets (ten 16-bit tags, ten 32-bit entry
+//! references, an overflow count) with linear probing between buckets and exact
+//! deletion (no tombstones: a bucket's overflow count says whether a probe must go on).
+
+use crate::flow::FlowKey;
+
+/// Slots per bucket.
+pub(super) const SLOTS: usize = 10;
+/// Buckets per connection, as a fraction: two keys per connection at 80% load at
+/// most — one 64-byte bucket per four connections, 16 bytes each.
+pub(super) const CONNS_PER_BUCKET: usize = 4;
+/// The tag of an empty slot (real tags are never 0).
+const EMPTY: u16 = 0;
+
+/// One cache line of the index.
+#[derive(Debug, Clone, Copy)]
+#[repr(C, align(64))]
+pub(super) struct Bucket {
+    tags: [u16; SLOTS],
+    /// How many keys whose probe started at or before this bucket live after it
+    /// (saturates, and then stays, at `u16::MAX`).
+    overflow: u16,
+    _pad: u16,
+    refs: [u32; SLOTS],
+}
+
+const EMPTY_BUCKET: Bucket = Bucket {
+    tags: [EMPTY; SLOTS],
+    overflow: 0,
+    _pad: 0,
+    refs: [0; SLOTS],
+};
+
+#[inline(always)]
+fn fold(a: u64, b: u64) -> u64 {
+    let p = u128::from(a) * u128::from(b);
+    (p as u64) ^ ((p >> 64) as u64)
+}
+
+/// splitmix64, to derive the hash's seed words from one seed.
+fn splitmix(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The index: buckets and the seeded hash.
+#[derive(Debug, Clone)]
+pub(super) struct Index {
+    buckets: Vec<Bucket>,
+    seed: [u64; 6],
+}
+
+impl Index {
+    /// An index for `max_conns` connections (two keys each).
+    pub(super) fn new(max_conns: usize, seed: u64) -> Index {
+        let n = max_conns.div_ceil(CONNS_PER_BUCKET).max(1);
+        let mut s = seed;
+        Index {
+            buckets: vec![EMPTY_BUCKET; n],
+            seed: std::array::from_fn(|_| splitmix(&mut s)),
+        }
+    }
+
+    /// Bytes of the buckets.
+    pub(super) fn memory_bytes(&self) -> usize {
+        self.buckets.len() * std::mem::size_of::<Bucket>()
+    }
+
+    /// The seeded hash of a key.
+    #[inline(always)]
+    pub(super) fn hash(&self, k: &FlowKey) -> u64 {
+        let s = u128::from_le_bytes(k.src);
+        let d = u128::from_le_bytes(k.dst);
+        let misc = u64::from(k.src_port)
+            | u64::from(k.dst_port) << 16
+            | u64::from(k.network) << 32
+            | u64::from(k.proto) << 48
+            | (k.family as u64) << 56;
+        let a = fold(s as u64 ^ self.seed[0], (s >> 64) as u64 ^ self.seed[1]);
+        let b = fold(d as u64 ^ self.seed[2], (d >> 64) as u64 ^ self.seed[3]);
+        fold(a ^ misc ^ self.seed[4], b ^ self.seed[5])
+    }
+
+    #[inline(always)]
+    fn home(&self, h: u64) -> usize {
+        ((u128::from(h) * self.buckets.len() as u128) >> 64) as usize
+    }
+
+    #[inline(always)]
+    fn tag(h: u64) -> u16 {
+        (h as u16).max(1)
+    }
+
+    #[inline(always)]
+    fn next(&self, b: usize) -> usize {
+        if b + 1 == self.buckets.len() {
+            0
+        } else {
+            b + 1
+        }
+    }
+
+    /// Loads the first word of the bucket a probe for hash `h` starts at, so that a
+    /// burst's bucket misses overlap (a plain load: prefetch instructions need
+    /// `unsafe`). Returns the word so the load is not optimised away.
+    #[inline(always)]
+    pub(super) fn touch(&self, h: u64) -> u16 {
+        self.buckets[self.home(h)].tags[0]
+    }
+
+    /// The first reference in the home bucket of `h` whose tag matches, if any (to
+    /// touch the entry before the real probe).
+    #[inline(always)]
+    pub(super) fn first_candidate(&self, h: u64) -> Option<u32> {
+        let tag = Self::tag(h);
+        let b = &self.buckets[self.home(h)];
+        b.tags.iter().position(|&t| t == tag).map(|i| b.refs[i])
+    }
+
+    /// The reference stored for a key with hash `h` for which `matches` is true.
+    #[inline(always)]
+    pub(super) fn find(&self, h: u64, mut matches: impl FnMut(u32) -> bool) -> Option<u32> {
+        let tag = Self::tag(h);
+        let mut b = self.home(h);
+        for _ in 0..self.buckets.len() {
+            let bucket = &self.buckets[b];
+            for (t, &r) in bucket.tags.iter().zip(&bucket.refs) {
+                if *t == tag && matches(r) {
+                    return Some(r);
+                }
+            }
+            if bucket.overflow == 0 {
+                return None;
+            }
+            b = self.next(b);
+        }
+        None
+    }
+
+    /// Stores reference `r` under hash `h`. False only when every slot is taken, which
+    /// the table's sizing rules out.
+    pub(super) fn insert(&mut self, h: u64, r: u32) -> bool {
+        let tag = Self::tag(h);
+        let mut b = self.home(h);
+        for _ in 0..self.buckets.len() {
+            let bucket = &mut self.buckets[b];
+            if let Some(i) = bucket.tags.iter().position(|&t| t == EMPTY) {
+                bucket.tags[i] = tag;
+                bucket.refs[i] = r;
+                return true;
+            }
+            bucket.overflow = bucket.overflow.saturating_add(1);
+            b = self.next(b);
+        }
+        false
+    }
+
+    /// Removes reference `r` stored under hash `h`; false when it is not there.
+    pub(super) fn remove(&mut self, h: u64, r: u32) -> bool {
+        let tag = Self::tag(h);
+        let home = self.home(h);
+        let mut b = home;
+        for step in 0..self.buckets.len() {
+            let bucket = &mut self.buckets[b];
+            if let Some(i) = (0..SLOTS).find(|&i| bucket.tags[i] == tag && bucket.refs[i] == r) {
+                bucket.tags[i] = EMPTY;
+                bucket.refs[i] = 0;
+                let mut p = home;
+                for _ in 0..step {
+                    let o = &mut self.buckets[p].overflow;
+                    if *o != u16::MAX {
+                        *o -= 1;
+                    }
+                    p = self.next(p);
+                }
+                return true;
+            }
+            if bucket.overflow == 0 {
+                return false;
+            }
+            b = self.next(b);
+        }
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    #[test]
+    fn bucket_is_one_cache_line() {
+        assert_eq!(std::mem::size_of::<Bucket>(), 64);
+    }
+
+    #[test]
+    fn overflow_chains_survive_deletes() {
+        // One bucket for 4 connections: 10 slots; force every key into bucket 0's
+        // chain by using a two-bucket index and many keys.
+        let mut ix = Index::new(8, 7);
+        let keys: Vec<FlowKey> = (0..16u16)
+            .map(|p| FlowKey::v4(0, 17, Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::LOCALHOST, p, 1))
+            .collect();
+        let hs: Vec<u64> = keys.iter().map(|k| ix.hash(k)).collect();
+        for (i, &h) in hs.iter().enumerate() {
+            assert!(ix.insert(h, i as u32));
+        }
+        for (i, &h) in hs.iter().enumerate() {
+            assert_eq!(ix.find(h, |r| r == i as u32), Some(i as u32));
+        }
+        for (i, &h) in hs.iter().enumerate().step_by(2) {
+            assert!(ix.remove(h, i as u32));
+            assert!(!ix.remove(h, i as u32));
+        }
+        for (i, &h) in hs.iter().enumerate() {
+            let want = (i % 2 == 1).then_some(i as u32);
+            assert_eq!(ix.find(h, |r| r == i as u32), want);
+        }
+        for (i, &h) in hs.iter().enumerate().skip(1).step_by(2) {
+            assert!(ix.remove(h, i as u32));
+        }
+        assert!(ix
+            .buckets
+            .iter()
+            .all(|b| b.overflow == 0 && b.tags == [EMPTY; SLOTS]));
+    }
+
+    #[test]
+    fn seeds_change_the_hash() {
+        let k = FlowKey::v4(1, 6, Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::LOCALHOST, 1, 2);
+        let (a, b) = (Index::new(4, 1), Index::new(4, 2));
+        assert_ne!(a.hash(&k), b.hash(&k));
+        assert_ne!(a.hash(&k), a.hash(&k.reversed()));
+    }
+}

@@ -1,0 +1,812 @@
+//! The per-worker connection table: a preallocated slab of 112-byte entries with a
+//! free list, the hash index over both tuples of every entry, per-timeout-class aging
+//! lists (intrusive, doubly linked, in expiry order), zone and table limits, counters.
+
+use super::index::{Index, CONNS_PER_BUCKET};
+use super::tcp::{self, Step, TcpState, TcpWindow, Window, NO_SCALES};
+use super::{
+    is_icmp, ConnId, ConnState, CtConfig, Dir, InsertError, L4Info, Millis, Nat, Timeouts,
+    TrackVerdict,
+};
+use crate::flow::{Family, FlowKey};
+use std::net::Ipv4Addr;
+
+/// Most entries one table holds (`max_entries` is clamped to it).
+pub const MAX_ENTRIES: u32 = 1 << 26;
+
+/// "No entry" in links and the free list.
+const NIL: u32 = u32::MAX;
+
+// State codes (low nibble of `Entry::state`): 0..=8 are `TcpState`s.
+const S_UDP_UNREPLIED: u8 = 9;
+const S_UDP_ASSURED: u8 = 10;
+const S_ICMP: u8 = 11;
+const S_OTHER: u8 = 12;
+const S_FREE: u8 = 15;
+const CODE: u8 = 0x0F;
+/// A reply-direction packet was seen.
+const REPLIED: u8 = 0x10;
+/// The connection is source-NATed (`nat_addr`/`nat_port` are set).
+const HAS_NAT: u8 = 0x20;
+/// A TCP connection picked up mid-stream: no window checks.
+const LIBERAL: u8 = 0x40;
+
+/// Timeout classes: one aging list each.
+const CLASSES: usize = 12;
+/// The timeout class of each state code.
+const CLASS: [u8; 16] = [0, 1, 2, 3, 4, 5, 6, 7, 0, 8, 9, 10, 11, 0, 0, 0];
+
+/// One connection. 112 bytes: the key, NAT and state (what a lookup reads) first.
+#[derive(Debug, Clone, Copy)]
+#[repr(C)]
+struct Entry {
+    /// The original-direction tuple; `key.network` is the zone.
+    key: FlowKey,
+    nat_addr: [u8; 4],
+    nat_port: u16,
+    /// State code (low nibble) and flags.
+    state: u8,
+    /// TCP window-scale shifts: original direction in the low nibble, reply in the
+    /// high one (`0xF`: no option).
+    scales: u8,
+    /// Aging-list links, or (`next`) the free list.
+    prev: u32,
+    next: u32,
+    /// Deadline, in whole seconds of the caller's clock.
+    expires: u32,
+    /// Low 32 bits of the ACL generation (the table keeps the high bits).
+    acl_gen: u32,
+    bytes: [u64; 2],
+    /// Packet counts modulo 2^32 (like VPP's sessions); bytes are 64-bit.
+    packets: [u32; 2],
+    window: Window,
+}
+
+/// Bytes one connection costs: its entry plus its share of the hash index (the aging
+/// links are inside the entry).
+pub const BYTES_PER_CONNECTION: usize =
+    std::mem::size_of::<Entry>() + std::mem::size_of::<super::index::Bucket>() / CONNS_PER_BUCKET;
+
+// The budget: at most 128 bytes per connection, all in.
+const _: () = assert!(BYTES_PER_CONNECTION <= 128);
+
+const FREE_ENTRY: Entry = Entry {
+    key: FlowKey {
+        src: [0; 16],
+        dst: [0; 16],
+        src_port: 0,
+        dst_port: 0,
+        network: 0,
+        proto: 0,
+        family: Family::V4,
+    },
+    nat_addr: [0; 4],
+    nat_port: 0,
+    state: S_FREE,
+    scales: NO_SCALES,
+    prev: NIL,
+    next: NIL,
+    expires: 0,
+    acl_gen: 0,
+    bytes: [0; 2],
+    packets: [0; 2],
+    window: Window::ZERO,
+};
+
+impl Entry {
+    #[inline(always)]
+    fn code(&self) -> u8 {
+        self.state & CODE
+    }
+
+    #[inline(always)]
+    fn is_free(&self) -> bool {
+        self.code() == S_FREE
+    }
+
+    /// The reply-direction tuple: reversed, with the NAT address (and port, or echo id
+    /// in both port fields for ICMP) as destination when source-NATed.
+    #[inline(always)]
+    fn reply_key(&self) -> FlowKey {
+        let k = &self.key;
+        let mut r = k.reversed();
+        if self.state & HAS_NAT != 0 {
+            r.dst = Ipv4Addr::from(self.nat_addr).to_ipv6_mapped().octets();
+            r.dst_port = self.nat_port;
+            if is_icmp(k.proto) {
+                r.src_port = self.nat_port;
+            }
+        }
+        r
+    }
+
+    #[inline(always)]
+    fn matches(&self, dir: u32, key: &FlowKey) -> bool {
+        if dir & 1 == 0 {
+            self.key == *key
+        } else {
+            self.reply_key() == *key
+        }
+    }
+}
+
+/// Table counters (the owning worker copies them out).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CtStats {
+    /// Connections created.
+    pub inserts: u64,
+    /// Connections removed by [`ConnTable::remove`] (not by expiry).
+    pub removals: u64,
+    /// Connections that timed out.
+    pub expirations: u64,
+    /// Inserts refused: the table was full.
+    pub table_full: u64,
+    /// Inserts refused: the zone was full.
+    pub zone_full: u64,
+    /// Inserts refused: a tuple was already tracked.
+    pub clashes: u64,
+    /// Packets found invalid (bad flags or transition, RST out of window; also first
+    /// packets that cannot open a connection).
+    pub invalid: u64,
+}
+
+/// A read-only view of one connection.
+#[derive(Clone, Copy)]
+pub struct ConnView<'a> {
+    e: &'a Entry,
+    acl_latest: u64,
+}
+
+impl std::fmt::Debug for ConnView<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnView")
+            .field("key", &self.key())
+            .field("state", &self.state())
+            .field("nat", &self.nat())
+            .field("expires_at", &self.expires_at())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ConnView<'_> {
+    /// The original-direction tuple.
+    pub fn key(&self) -> FlowKey {
+        self.e.key
+    }
+
+    /// The tuple reply packets carry (after SNAT: from the original destination to
+    /// the NAT address and port).
+    pub fn reply_key(&self) -> FlowKey {
+        self.e.reply_key()
+    }
+
+    /// The zone (network).
+    pub fn zone(&self) -> u16 {
+        self.e.key.network
+    }
+
+    pub fn state(&self) -> ConnState {
+        match self.e.code() {
+            S_UDP_UNREPLIED => ConnState::UdpUnreplied,
+            S_UDP_ASSURED => ConnState::UdpAssured,
+            S_ICMP => ConnState::IcmpEcho,
+            c => TcpState::from_code(c).map_or(ConnState::Other, ConnState::Tcp),
+        }
+    }
+
+    /// Whether a reply-direction packet was seen.
+    pub fn replied(&self) -> bool {
+        self.e.state & REPLIED != 0
+    }
+
+    pub fn nat(&self) -> Option<Nat> {
+        (self.e.state & HAS_NAT != 0).then(|| Nat {
+            addr: Ipv4Addr::from(self.e.nat_addr),
+            port: self.e.nat_port,
+        })
+    }
+
+    /// When the connection times out unless refreshed (whole seconds).
+    pub fn expires_at(&self) -> Millis {
+        Millis::from(self.e.expires) * 1000
+    }
+
+    /// Time left at `now` (0 once due).
+    pub fn time_left(&self, now: Millis) -> Millis {
+        self.expires_at().saturating_sub(now)
+    }
+
+    /// Packets seen in a direction (modulo 2^32).
+    pub fn packets(&self, dir: Dir) -> u64 {
+        u64::from(self.e.packets[dir as usize])
+    }
+
+    /// Bytes seen in a direction.
+    pub fn bytes(&self, dir: Dir) -> u64 {
+        self.e.bytes[dir as usize]
+    }
+
+    /// The ACL generation the connection was last checked in. Exact as long as it is
+    /// less than 2^32 generations older than the newest the table was given.
+    pub fn acl_generation(&self) -> u64 {
+        let back = (self.acl_latest as u32).wrapping_sub(self.e.acl_gen);
+        self.acl_latest.wrapping_sub(u64::from(back))
+    }
+
+    /// TCP window tracking of a direction (`None` for other protocols).
+    pub fn tcp_window(&self, dir: Dir) -> Option<TcpWindow> {
+        matches!(self.state(), ConnState::Tcp(_))
+            .then(|| self.e.window.view(self.e.scales, dir as usize))
+    }
+}
+
+/// One worker's connections. All memory is allocated by [`ConnTable::new`].
+pub struct ConnTable {
+    entries: Vec<Entry>,
+    index: Index,
+    free: u32,
+    len: u32,
+    max_per_zone: u32,
+    zone_len: Vec<u32>,
+    heads: [u32; CLASSES],
+    tails: [u32; CLASSES],
+    timeouts: [u32; CLASSES],
+    cfg_timeouts: Timeouts,
+    /// Class `expire` starts with (rotates, so no class starves under a budget).
+    cursor: usize,
+    /// The newest ACL generation given (high bits of every entry's generation).
+    acl_latest: u64,
+    stats: CtStats,
+}
+
+impl std::fmt::Debug for ConnTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnTable")
+            .field("len", &self.len)
+            .field("capacity", &self.entries.len())
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A random seed for the hash (a fresh `RandomState` per table).
+fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(0x6665_7272_756c_6563);
+    h.finish()
+}
+
+/// A deadline `timeout` seconds after `now`, in whole seconds rounded up.
+#[inline(always)]
+fn deadline(now: Millis, timeout: u32) -> u32 {
+    let s = now.div_ceil(1000).min(u64::from(u32::MAX)) as u32;
+    s.saturating_add(timeout)
+}
+
+impl ConnTable {
+    /// A table with room for `cfg.max_entries` connections, hash seeded at random.
+    pub fn new(cfg: &CtConfig) -> ConnTable {
+        Self::with_seed(cfg, random_seed())
+    }
+
+    /// A table whose hash is seeded with `seed` (tests and benchmarks).
+    pub fn with_seed(cfg: &CtConfig, seed: u64) -> ConnTable {
+        let max = cfg.max_entries.min(MAX_ENTRIES);
+        let mut entries = vec![FREE_ENTRY; max as usize];
+        for (i, e) in entries.iter_mut().enumerate() {
+            e.next = if i + 1 < max as usize {
+                i as u32 + 1
+            } else {
+                NIL
+            };
+        }
+        let t = &cfg.timeouts;
+        ConnTable {
+            entries,
+            index: Index::new(max as usize, seed),
+            free: if max == 0 { NIL } else { 0 },
+            len: 0,
+            max_per_zone: cfg.max_per_zone,
+            zone_len: vec![0; 1 << 16],
+            heads: [NIL; CLASSES],
+            tails: [NIL; CLASSES],
+            timeouts: [
+                t.tcp_syn_sent,
+                t.tcp_syn_recv,
+                t.tcp_established,
+                t.tcp_fin_wait,
+                t.tcp_close_wait,
+                t.tcp_last_ack,
+                t.tcp_time_wait,
+                t.tcp_close,
+                t.udp_unreplied,
+                t.udp_assured,
+                t.icmp,
+                t.generic,
+            ],
+            cfg_timeouts: *t,
+            cursor: 0,
+            acl_latest: 0,
+            stats: CtStats::default(),
+        }
+    }
+
+    /// The timeouts the table was built with.
+    pub fn timeouts(&self) -> &Timeouts {
+        &self.cfg_timeouts
+    }
+
+    /// Connections it can hold.
+    pub fn capacity(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Bytes allocated for entries and the index (without the per-zone counts).
+    pub fn memory_bytes(&self) -> usize {
+        self.entries.len() * std::mem::size_of::<Entry>() + self.index.memory_bytes()
+    }
+
+    /// Connections tracked.
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Connections tracked in `zone`.
+    pub fn zone_len(&self, zone: u16) -> usize {
+        self.zone_len[usize::from(zone)] as usize
+    }
+
+    pub fn stats(&self) -> &CtStats {
+        &self.stats
+    }
+
+    /// Finds the connection a packet belongs to, in either direction. `key.network` is
+    /// the zone. A source-NATed connection's reply tuple is (original destination →
+    /// NAT address:port); for ICMP echo the identifier is in both port fields, so the
+    /// reply to echo id X masqueraded to Y carries Y in both.
+    #[inline]
+    pub fn lookup(&self, key: &FlowKey) -> Option<(ConnId, Dir)> {
+        let h = self.index.hash(key);
+        let entries = &self.entries;
+        self.index
+            .find(h, |r| entries[(r >> 1) as usize].matches(r, key))
+            .map(|r| (ConnId(r >> 1), Dir::from_bit(r)))
+    }
+
+    /// [`lookup`](Self::lookup) for a burst: `out[i]` is the result for `keys[i]`
+    /// (`out` must be at least as long as `keys`). Hashes every key and loads the
+    /// buckets, then the candidate entries (both cache lines, for the `track` that
+    /// follows), before probing, so the cache misses of a burst overlap instead of
+    /// following one another.
+    pub fn lookup_burst(&self, keys: &[FlowKey], out: &mut [Option<(ConnId, Dir)>]) {
+        const CHUNK: usize = 16;
+        let mut hashes = [0u64; CHUNK];
+        for (keys, out) in keys.chunks(CHUNK).zip(out.chunks_mut(CHUNK)) {
+            let mut sink = 0u64;
+            for (h, k) in hashes.iter_mut().zip(keys) {
+                *h = self.index.hash(k);
+                sink ^= u64::from(self.index.touch(*h));
+            }
+            for &h in &hashes[..keys.len()] {
+                if let Some(r) = self.index.first_candidate(h) {
+                    let e = &self.entries[(r >> 1) as usize];
+                    sink ^= u64::from(e.key.src_port) ^ e.bytes[0];
+                }
+            }
+            std::hint::black_box(sink);
+            for ((k, &h), o) in keys.iter().zip(&hashes).zip(out.iter_mut()) {
+                let entries = &self.entries;
+                *o = self
+                    .index
+                    .find(h, |r| entries[(r >> 1) as usize].matches(r, k))
+                    .map(|r| (ConnId(r >> 1), Dir::from_bit(r)));
+            }
+        }
+    }
+
+    /// Finds the connection an ICMP/ICMPv6 error quotes, from the quoted packet's key
+    /// (as parsed from the error's payload, in the direction the quoted packet
+    /// travelled, before or after translation); returns the connection and the
+    /// direction of the quoted packet.
+    pub fn related(&self, quoted: &FlowKey) -> Option<(ConnId, Dir)> {
+        self.lookup(quoted).or_else(|| {
+            self.lookup(&quoted.reversed())
+                .map(|(id, dir)| (id, dir.opposite()))
+        })
+    }
+
+    /// Whether the external tuple (zone, proto, remote addr:port → NAT addr:port) is a
+    /// tuple of any tracked connection — the SNAT allocator asks so as never to hand
+    /// out a tuple twice. For ICMP the NAT port is the echo id and `remote_port` is
+    /// ignored.
+    pub fn nat_tuple_in_use(
+        &self,
+        zone: u16,
+        proto: u8,
+        remote: &[u8; 16],
+        remote_port: u16,
+        nat: Nat,
+    ) -> bool {
+        let key = FlowKey {
+            src: *remote,
+            dst: nat.addr.to_ipv6_mapped().octets(),
+            src_port: if is_icmp(proto) {
+                nat.port
+            } else {
+                remote_port
+            },
+            dst_port: nat.port,
+            network: zone,
+            proto,
+            family: Family::V4,
+        };
+        self.lookup(&key).is_some()
+    }
+
+    /// Creates an entry for the first packet of a connection (original direction),
+    /// with its state from `l4` (TCP: a SYN opens SYN_SENT, a plain ACK picks the
+    /// connection up ESTABLISHED), counting the packet. Refused when the table or the
+    /// zone is full, when either tuple is already tracked, or when the packet cannot
+    /// open a TCP connection. `acl_generation` is stored with the entry.
+    pub fn insert(
+        &mut self,
+        key: &FlowKey,
+        l4: &L4Info,
+        len: u32,
+        nat: Option<Nat>,
+        acl_generation: u64,
+        now: Millis,
+    ) -> Result<ConnId, InsertError> {
+        if self.free == NIL {
+            self.stats.table_full += 1;
+            return Err(InsertError::TableFull);
+        }
+        let zone = usize::from(key.network);
+        if self.zone_len[zone] >= self.max_per_zone {
+            self.stats.zone_full += 1;
+            return Err(InsertError::ZoneFull);
+        }
+        let mut e = Entry {
+            key: *key,
+            ..FREE_ENTRY
+        };
+        let mut flags = 0;
+        if let Some(n) = nat {
+            e.nat_addr = n.addr.octets();
+            e.nat_port = n.port;
+            flags |= HAS_NAT;
+        }
+        let code = match key.proto {
+            6 => match tcp::first(l4, &mut e.window, &mut e.scales) {
+                Some((s, liberal)) => {
+                    if liberal {
+                        flags |= LIBERAL;
+                    }
+                    s as u8
+                }
+                None => {
+                    self.stats.invalid += 1;
+                    return Err(InsertError::Invalid);
+                }
+            },
+            17 => S_UDP_UNREPLIED,
+            p if is_icmp(p) => S_ICMP,
+            _ => S_OTHER,
+        };
+        e.state = code | flags;
+        e.packets[0] = 1;
+        e.bytes[0] = u64::from(len);
+        e.acl_gen = acl_generation as u32;
+
+        let reply = e.reply_key();
+        let (h0, h1) = (self.index.hash(key), self.index.hash(&reply));
+        let entries = &self.entries;
+        if self
+            .index
+            .find(h0, |r| entries[(r >> 1) as usize].matches(r, key))
+            .is_some()
+            || self
+                .index
+                .find(h1, |r| entries[(r >> 1) as usize].matches(r, &reply))
+                .is_some()
+        {
+            self.stats.clashes += 1;
+            return Err(InsertError::Exists);
+        }
+
+        let id = self.free;
+        let slot = &mut self.entries[id as usize];
+        self.free = slot.next;
+        *slot = e;
+        let placed = self.index.insert(h0, id << 1) && self.index.insert(h1, id << 1 | 1);
+        debug_assert!(placed, "the index has room for every entry's two keys");
+        let class = CLASS[usize::from(code)];
+        self.entries[id as usize].expires = deadline(now, self.timeouts[usize::from(class)]);
+        self.push_tail(id, class);
+        self.zone_len[zone] += 1;
+        self.len += 1;
+        self.acl_latest = self.acl_latest.max(acl_generation);
+        self.stats.inserts += 1;
+        Ok(ConnId(id))
+    }
+
+    /// Advances state and timeout with one packet of direction `dir` and counts it.
+    /// An [`TrackVerdict::Invalid`] or [`TrackVerdict::Reopen`] packet changes nothing
+    /// (invalid ones are counted in [`CtStats::invalid`]).
+    #[inline]
+    pub fn track(
+        &mut self,
+        id: ConnId,
+        dir: Dir,
+        l4: &L4Info,
+        len: u32,
+        now: Millis,
+    ) -> TrackVerdict {
+        let i = id.0 as usize;
+        let Some(e) = self.entries.get_mut(i) else {
+            self.stats.invalid += 1;
+            return TrackVerdict::Invalid;
+        };
+        let old = e.code();
+        let d = dir as usize;
+        let mut refresh = true;
+        let new = match old {
+            S_FREE => {
+                self.stats.invalid += 1;
+                return TrackVerdict::Invalid;
+            }
+            S_UDP_UNREPLIED if dir == Dir::Reply => S_UDP_ASSURED,
+            S_UDP_UNREPLIED | S_UDP_ASSURED | S_ICMP | S_OTHER => old,
+            tcp_code => {
+                let state = TcpState::from_code(tcp_code).unwrap_or(TcpState::Close);
+                let liberal = e.state & LIBERAL != 0;
+                match tcp::step(state, dir, l4, &mut e.window, &mut e.scales, liberal) {
+                    Step::Invalid => {
+                        self.stats.invalid += 1;
+                        return TrackVerdict::Invalid;
+                    }
+                    Step::Reopen => return TrackVerdict::Reopen,
+                    Step::Ignore => {
+                        refresh = false;
+                        old
+                    }
+                    Step::To(s) => s as u8,
+                }
+            }
+        };
+        e.state = (e.state & !CODE) | new;
+        if dir == Dir::Reply {
+            e.state |= REPLIED;
+        }
+        e.packets[d] = e.packets[d].wrapping_add(1);
+        e.bytes[d] = e.bytes[d].wrapping_add(u64::from(len));
+        if refresh {
+            self.retime(id.0, CLASS[usize::from(old)], CLASS[usize::from(new)], now);
+        }
+        TrackVerdict::Accept
+    }
+
+    /// Sets entry `i`'s deadline for its (new) class; moves it to the tail of that
+    /// class's list unless the deadline did not change (a seconds-resolution clock
+    /// makes that the common case for busy connections).
+    #[inline(always)]
+    fn retime(&mut self, i: u32, old_class: u8, class: u8, now: Millis) {
+        let exp = deadline(now, self.timeouts[usize::from(class)]);
+        let e = &mut self.entries[i as usize];
+        if old_class == class && (e.expires == exp || self.tails[usize::from(class)] == i) {
+            e.expires = exp;
+            return;
+        }
+        e.expires = exp;
+        self.unlink(i, old_class);
+        self.push_tail(i, class);
+    }
+
+    #[inline(always)]
+    fn unlink(&mut self, i: u32, class: u8) {
+        let c = usize::from(class);
+        let (p, n) = {
+            let e = &self.entries[i as usize];
+            (e.prev, e.next)
+        };
+        if p == NIL {
+            self.heads[c] = n;
+        } else {
+            self.entries[p as usize].next = n;
+        }
+        if n == NIL {
+            self.tails[c] = p;
+        } else {
+            self.entries[n as usize].prev = p;
+        }
+    }
+
+    #[inline(always)]
+    fn push_tail(&mut self, i: u32, class: u8) {
+        let c = usize::from(class);
+        let t = self.tails[c];
+        {
+            let e = &mut self.entries[i as usize];
+            e.prev = t;
+            e.next = NIL;
+        }
+        if t == NIL {
+            self.heads[c] = i;
+        } else {
+            self.entries[t as usize].next = i;
+        }
+        self.tails[c] = i;
+    }
+
+    /// Frees a live entry: aging list, index, counts, free list.
+    fn release(&mut self, i: u32) {
+        let e = self.entries[i as usize];
+        self.unlink(i, CLASS[usize::from(e.code())]);
+        let found = self.index.remove(self.index.hash(&e.key), i << 1)
+            && self
+                .index
+                .remove(self.index.hash(&e.reply_key()), i << 1 | 1);
+        debug_assert!(found, "a live entry is indexed under both tuples");
+        self.zone_len[usize::from(e.key.network)] -= 1;
+        self.len -= 1;
+        let slot = &mut self.entries[i as usize];
+        *slot = FREE_ENTRY;
+        slot.next = self.free;
+        self.free = i;
+    }
+
+    /// Removes a connection (no-op for a free slot).
+    pub fn remove(&mut self, id: ConnId) {
+        if self
+            .entries
+            .get(id.0 as usize)
+            .is_some_and(|e| !e.is_free())
+        {
+            self.release(id.0);
+            self.stats.removals += 1;
+        }
+    }
+
+    /// Removes the connections for which `f` is true; returns how many (for flushes).
+    pub fn remove_matching(&mut self, mut f: impl FnMut(ConnId, ConnView<'_>) -> bool) -> usize {
+        let mut n = 0;
+        for i in 0..self.entries.len() as u32 {
+            let e = &self.entries[i as usize];
+            if !e.is_free()
+                && f(
+                    ConnId(i),
+                    ConnView {
+                        e,
+                        acl_latest: self.acl_latest,
+                    },
+                )
+            {
+                self.release(i);
+                self.stats.removals += 1;
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Expires connections whose deadline is at or before `now`, at most `budget` of
+    /// them; returns how many. Each class's list is in deadline order, so this only
+    /// looks at list heads.
+    pub fn expire(&mut self, now: Millis, budget: usize) -> usize {
+        let mut done = 0;
+        for step in 0..CLASSES {
+            let c = (self.cursor + step) % CLASSES;
+            loop {
+                if done == budget {
+                    self.cursor = (c + 1) % CLASSES;
+                    return done;
+                }
+                let h = self.heads[c];
+                if h == NIL || Millis::from(self.entries[h as usize].expires) * 1000 > now {
+                    break;
+                }
+                self.release(h);
+                self.stats.expirations += 1;
+                done += 1;
+            }
+        }
+        done
+    }
+
+    /// A connection, or `None` for a free slot.
+    pub fn get(&self, id: ConnId) -> Option<ConnView<'_>> {
+        self.entries
+            .get(id.0 as usize)
+            .filter(|e| !e.is_free())
+            .map(|e| ConnView {
+                e,
+                acl_latest: self.acl_latest,
+            })
+    }
+
+    /// Records the ACL generation a connection was (re-)checked in.
+    pub fn set_acl_generation(&mut self, id: ConnId, generation: u64) {
+        if let Some(e) = self.entries.get_mut(id.0 as usize).filter(|e| !e.is_free()) {
+            e.acl_gen = generation as u32;
+            self.acl_latest = self.acl_latest.max(generation);
+        }
+    }
+
+    /// All connections, in slot order.
+    pub fn iter(&self) -> impl Iterator<Item = (ConnId, ConnView<'_>)> {
+        let acl_latest = self.acl_latest;
+        self.entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| !e.is_free())
+            .map(move |(i, e)| (ConnId(i as u32), ConnView { e, acl_latest }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_per_connection() {
+        assert_eq!(std::mem::size_of::<Entry>(), 112);
+        assert_eq!(BYTES_PER_CONNECTION, 128);
+        let cfg = CtConfig {
+            max_entries: 1 << 16,
+            ..CtConfig::default()
+        };
+        let t = ConnTable::with_seed(&cfg, 1);
+        assert_eq!(t.memory_bytes() / t.capacity(), BYTES_PER_CONNECTION);
+    }
+
+    #[test]
+    fn aging_lists_stay_in_deadline_order() {
+        let cfg = CtConfig {
+            max_entries: 64,
+            ..CtConfig::default()
+        };
+        let mut t = ConnTable::with_seed(&cfg, 3);
+        let ids: Vec<ConnId> = (0..40u16)
+            .map(|p| {
+                let k = FlowKey::v4(
+                    0,
+                    17,
+                    Ipv4Addr::new(10, 0, 0, 1),
+                    Ipv4Addr::LOCALHOST,
+                    p,
+                    53,
+                );
+                t.insert(&k, &L4Info::NONE, 60, None, 0, u64::from(p) * 700)
+                    .expect("room")
+            })
+            .collect();
+        for (n, id) in ids.iter().enumerate().step_by(3) {
+            let dir = if n % 2 == 0 {
+                Dir::Reply
+            } else {
+                Dir::Original
+            };
+            t.track(*id, dir, &L4Info::NONE, 60, 40_000 + n as u64 * 10);
+        }
+        for c in 0..CLASSES {
+            let mut i = t.heads[c];
+            let mut prev = NIL;
+            let mut last = 0;
+            while i != NIL {
+                let e = &t.entries[i as usize];
+                assert_eq!(e.prev, prev);
+                assert!(e.expires >= last);
+                assert_eq!(usize::from(CLASS[usize::from(e.code())]), c);
+                last = e.expires;
+                prev = i;
+                i = e.next;
+            }
+            assert_eq!(t.tails[c], prev);
+        }
+    }
+}

@@ -1,0 +1,498 @@
+//! The conntrack and NAT stages: which worker owns a packet's connection, the lookup
+//! that finds it (translating replies and ICMP errors of masqueraded connections back
+//! before anything else looks at them), whether a tracked packet may skip the ACLs,
+//! and the commit that creates connections for `reflect` permits and masqueraded pod
+//! traffic and masquerades original-direction packets.
+
+use super::{trace, Action, Parsed, Stage, Tracer};
+use crate::conntrack::{
+    ConnId, ConnTable, CtConfig, Dir, InsertError, L4Info, Millis, Nat, TrackVerdict,
+};
+use crate::counters::DropReason;
+use crate::flow::{Family, FlowKey};
+use crate::nat::rewrite::{self, Endpoint};
+use crate::nat::{port_owner, PortAllocator, SnatPolicy};
+use crate::snapshot::{PortRole, PortState, Snapshot};
+use crate::wire::TcpPacket;
+use std::net::Ipv4Addr;
+
+const ICMP: u8 = 1;
+const ICMPV6: u8 = 58;
+const TCP: u8 = 6;
+
+/// One worker's connection tracking: its table, its SNAT port allocator, and the
+/// clock of the current burst.
+#[derive(Debug)]
+pub struct Conntrack {
+    pub table: ConnTable,
+    pub alloc: PortAllocator,
+    /// This worker (0-based) and how many there are.
+    pub worker: u16,
+    pub workers: u16,
+    /// Check existing connections again when the ACL state changes.
+    pub recheck: bool,
+    /// Monotonic milliseconds, set by the worker before each burst.
+    pub now: Millis,
+    /// Set while the worker runs packets another worker handed to it: they are not
+    /// handed on again.
+    pub no_handoff: bool,
+}
+
+impl Conntrack {
+    /// Worker `worker` of `workers`, with its table preallocated.
+    pub fn new(cfg: &CtConfig, worker: u16, workers: u16, recheck: bool) -> Conntrack {
+        let seed = 0x9E37_79B9_7F4A_7C15u64 ^ (u64::from(worker) << 32) ^ std::process::id() as u64;
+        Conntrack {
+            table: ConnTable::with_seed(cfg, seed),
+            alloc: PortAllocator::new(worker, workers, seed.rotate_left(17)),
+            worker,
+            workers: workers.max(1),
+            recheck,
+            now: 0,
+            no_handoff: false,
+        }
+    }
+
+    /// Whether the stages have anything to do for this generation: SNAT is on, a
+    /// `reflect` rule exists, or connections are still tracked.
+    #[inline]
+    pub fn active(&self, snap: &Snapshot) -> bool {
+        snap.snat.snat_addr().is_some() || snap.acl.has_reflect || !self.table.is_empty()
+    }
+}
+
+/// What the lookup found for a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CtMark {
+    /// Not tracked (yet).
+    #[default]
+    None,
+    /// A packet of a tracked connection, in direction `dir`; `checked` when the
+    /// connection was last checked against the ACL state in force.
+    Tracked { id: ConnId, dir: Dir, checked: bool },
+    /// An ICMP error about a tracked connection (netfilter's RELATED), travelling in
+    /// direction `dir` of the connection.
+    Related { id: ConnId, dir: Dir },
+}
+
+impl CtMark {
+    /// Whether the ACLs are skipped: replies and errors of tracked connections, and
+    /// original-direction packets of connections checked against the rules in force.
+    #[inline]
+    pub fn skips_acl(self) -> bool {
+        match self {
+            CtMark::None => false,
+            CtMark::Tracked { dir, checked, .. } => dir == Dir::Reply || checked,
+            CtMark::Related { .. } => true,
+        }
+    }
+}
+
+/// Whether `parsed` is an ICMP or ICMPv6 error message (which quotes a packet).
+fn is_icmp_error(parsed: &Parsed, frame: &[u8]) -> bool {
+    let v6 = parsed.key.family == Family::V6;
+    let proto = parsed.key.proto;
+    parsed.l4_offset != 0
+        && ((proto == ICMP && !v6) || (proto == ICMPV6 && v6))
+        && frame
+            .get(parsed.l4_offset)
+            .is_some_and(|&t| rewrite::is_icmp_error(t, v6))
+}
+
+fn quoted(parsed: &Parsed, frame: &[u8]) -> Option<FlowKey> {
+    rewrite::quoted_key(
+        frame,
+        parsed.l4_offset,
+        parsed.key.family == Family::V6,
+        parsed.key.network,
+    )
+}
+
+/// The worker that owns a packet's connection. Replies to masqueraded connections (and
+/// errors about them) go to the worker whose SNAT port they carry; everything else to
+/// the worker a symmetric hash of the flow picks, the same for both directions.
+pub fn owner(parsed: &Parsed, frame: &[u8], snat: &SnatPolicy, workers: u16) -> u16 {
+    if workers <= 1 {
+        return 0;
+    }
+    let key = &parsed.key;
+    let error = is_icmp_error(parsed, frame);
+    let flow = if error {
+        quoted(parsed, frame).unwrap_or(*key)
+    } else {
+        *key
+    };
+    if key.family == Family::V4 && snat.is_node_ip(Ipv4Addr::from(key.dst_v4())) {
+        // A reply arrives at NAT address:port; an error quotes NAT address:port → remote.
+        let nat_port = if error { flow.src_port } else { key.dst_port };
+        if snat.port_in_range(nat_port) {
+            return port_owner(nat_port, workers);
+        }
+    }
+    (flow.symmetric_hash() % u64::from(workers)) as u16
+}
+
+/// The transport fields conntrack follows.
+fn l4_info(parsed: &Parsed, frame: &[u8]) -> L4Info {
+    if parsed.key.proto != TCP || parsed.l4_offset == 0 {
+        return L4Info::NONE;
+    }
+    let Some(tcp) = frame
+        .get(parsed.l4_offset..)
+        .and_then(|b| TcpPacket::new_checked(b).ok())
+    else {
+        return L4Info::NONE;
+    };
+    let ip_payload = parsed
+        .l3_len
+        .saturating_sub(parsed.l4_offset - parsed.l3_offset);
+    L4Info::from_tcp(&tcp, ip_payload.saturating_sub(tcp.header_len()) as u32)
+}
+
+/// The lookup stage, after l2 and before local: hands the packet to its owner, finds
+/// its connection and advances it, and translates replies and ICMP errors of
+/// masqueraded connections back to the pod (updating `parsed`).
+pub fn lookup<T: Tracer>(
+    snap: &Snapshot,
+    ct: &mut Conntrack,
+    parsed: &mut Parsed,
+    frame: &mut [u8],
+    t: &mut T,
+) -> Result<CtMark, Action> {
+    let owner = owner(parsed, frame, &snap.snat, ct.workers);
+    if owner != ct.worker && !ct.no_handoff {
+        trace!(t, Stage::Conntrack, "owned by worker {}: handed off", owner);
+        return Err(Action::Handoff { worker: owner });
+    }
+    if parsed.later_fragment {
+        trace!(t, Stage::Conntrack, "later fragment: not tracked");
+        return Ok(CtMark::None);
+    }
+    let len = parsed.l3_len as u32;
+    if let Some((id, dir)) = ct.table.lookup(&parsed.key) {
+        let l4 = l4_info(parsed, frame);
+        match ct.table.track(id, dir, &l4, len, ct.now) {
+            TrackVerdict::Invalid => {
+                trace!(
+                    t,
+                    Stage::Conntrack,
+                    "connection {}: invalid in its state: drop",
+                    id.index()
+                );
+                return Err(Action::Drop(DropReason::CtInvalid));
+            }
+            TrackVerdict::Reopen => {
+                trace!(
+                    t,
+                    Stage::Conntrack,
+                    "connection {} closing: a new SYN opens it again",
+                    id.index()
+                );
+                ct.table.remove(id);
+                return Ok(CtMark::None);
+            }
+            TrackVerdict::Accept => {}
+        }
+        let Some(conn) = ct.table.get(id) else {
+            return Ok(CtMark::None);
+        };
+        let checked = !ct.recheck || conn.acl_generation() == snap.acl.generation;
+        trace!(
+            t,
+            Stage::Conntrack,
+            "connection {} {} ({}), {}",
+            id.index(),
+            conn.state(),
+            if dir == Dir::Original {
+                "original"
+            } else {
+                "reply"
+            },
+            if dir == Dir::Reply {
+                "reply: ACLs skipped"
+            } else if checked {
+                "checked against the ACLs in force: skipped"
+            } else {
+                "ACLs changed: checked again"
+            }
+        );
+        if let (Dir::Reply, Some(nat)) = (dir, conn.nat()) {
+            let orig = conn.key();
+            let (addr, port) = (Ipv4Addr::from(orig.src_v4()), orig.src_port);
+            if !rewrite::rewrite(
+                frame,
+                parsed.l3_offset,
+                parsed.l4_offset,
+                parsed.key.proto,
+                Endpoint::Dst,
+                addr,
+                port,
+            ) {
+                return Err(Action::Drop(DropReason::Malformed));
+            }
+            trace!(
+                t,
+                Stage::Nat,
+                "reply to {}:{} translated back to {}:{}",
+                nat.addr,
+                nat.port,
+                addr,
+                port
+            );
+            set_endpoint(&mut parsed.key, Endpoint::Dst, addr, port);
+        }
+        return Ok(CtMark::Tracked { id, dir, checked });
+    }
+    if is_icmp_error(parsed, frame) {
+        if let Some((id, quoted_dir)) = quoted(parsed, frame).and_then(|q| ct.table.related(&q)) {
+            // The error travels against the packet it quotes.
+            let dir = quoted_dir.opposite();
+            let Some(conn) = ct.table.get(id) else {
+                return Ok(CtMark::None);
+            };
+            trace!(
+                t,
+                Stage::Conntrack,
+                "ICMP error about connection {}: related",
+                id.index()
+            );
+            if let (Dir::Reply, Some(_)) = (dir, conn.nat()) {
+                // From the remote side about a masqueraded packet: back to the pod.
+                let orig = conn.key();
+                let pod = Ipv4Addr::from(orig.src_v4());
+                if !rewrite::rewrite_icmp_error(
+                    frame,
+                    parsed.l3_offset,
+                    parsed.l4_offset,
+                    Endpoint::Dst,
+                    pod,
+                    Endpoint::Src,
+                    pod,
+                    orig.src_port,
+                ) {
+                    return Err(Action::Drop(DropReason::Malformed));
+                }
+                trace!(t, Stage::Nat, "ICMP error translated back to {}", pod);
+                let port = parsed.key.dst_port;
+                set_endpoint(&mut parsed.key, Endpoint::Dst, pod, port);
+            }
+            return Ok(CtMark::Related { id, dir });
+        }
+    }
+    trace!(t, Stage::Conntrack, "no connection");
+    Ok(CtMark::None)
+}
+
+fn set_endpoint(key: &mut FlowKey, which: Endpoint, addr: Ipv4Addr, port: u16) {
+    let mapped = addr.to_ipv6_mapped().octets();
+    let echo = key.proto == ICMP;
+    match which {
+        Endpoint::Src => {
+            key.src = mapped;
+            key.src_port = port;
+        }
+        Endpoint::Dst => {
+            key.dst = mapped;
+            key.dst_port = port;
+        }
+    }
+    if echo && key.src_port != 0 && key.dst_port != 0 {
+        // An echo's identifier is both of its "ports".
+        key.src_port = port;
+        key.dst_port = port;
+    }
+}
+
+/// Whether a first packet from `input` leaving through `output` is masqueraded.
+fn masquerades(
+    snap: &Snapshot,
+    input: &PortState,
+    output: &PortState,
+    parsed: &Parsed,
+    frame: &[u8],
+) -> bool {
+    let key = &parsed.key;
+    input.role == PortRole::Pod
+        && output.role == PortRole::Uplink
+        && key.family == Family::V4
+        && !parsed.later_fragment
+        && parsed.l4_offset != 0
+        && match key.proto {
+            ICMP => frame.get(parsed.l4_offset) == Some(&8),
+            TCP | 17 => true,
+            _ => false,
+        }
+        && snap.snat.applies(Ipv4Addr::from(key.dst_v4()))
+}
+
+/// The commit stage, after the egress ACLs, for a packet about to leave through
+/// `output`: closes a connection the changed ACLs now deny (`denied`), records the
+/// ACL state a re-checked connection passed, creates the connection of a first packet
+/// that a `reflect` rule let through or that is masqueraded, and masquerades
+/// original-direction packets (and ICMP errors) of masqueraded connections.
+#[allow(clippy::too_many_arguments)]
+pub fn commit<T: Tracer>(
+    snap: &Snapshot,
+    ct: &mut Conntrack,
+    input: &PortState,
+    output: &PortState,
+    parsed: &Parsed,
+    mark: CtMark,
+    reflect: bool,
+    frame: &mut [u8],
+    t: &mut T,
+) -> Result<(), Action> {
+    match mark {
+        CtMark::Tracked { id, dir, checked } => {
+            if !checked {
+                ct.table.set_acl_generation(id, snap.acl.generation);
+            }
+            if dir == Dir::Original {
+                if let Some(nat) = ct.table.get(id).and_then(|c| c.nat()) {
+                    masquerade(parsed, frame, nat, t)?;
+                }
+            }
+            Ok(())
+        }
+        CtMark::Related { id, dir } => {
+            let Some(conn) = ct.table.get(id) else {
+                return Ok(());
+            };
+            if let (Dir::Original, Some(nat)) = (dir, conn.nat()) {
+                // A pod's error about a translated reply: leaves as the node, quoting
+                // the packet as it arrived.
+                if !rewrite::rewrite_icmp_error(
+                    frame,
+                    parsed.l3_offset,
+                    parsed.l4_offset,
+                    Endpoint::Src,
+                    nat.addr,
+                    Endpoint::Dst,
+                    nat.addr,
+                    nat.port,
+                ) {
+                    return Err(Action::Drop(DropReason::Malformed));
+                }
+                trace!(t, Stage::Nat, "ICMP error masqueraded to {}", nat.addr);
+            }
+            Ok(())
+        }
+        CtMark::None => {
+            let snat = masquerades(snap, input, output, parsed, frame);
+            if !reflect && !snat {
+                return Ok(());
+            }
+            if parsed.later_fragment {
+                return Ok(());
+            }
+            let key = parsed.key;
+            let nat = if snat {
+                let Some(addr) = snap.snat.snat_addr() else {
+                    return Ok(());
+                };
+                let table = &ct.table;
+                let port = ct.alloc.allocate(&snap.snat.ports, |port| {
+                    table.nat_tuple_in_use(
+                        key.network,
+                        key.proto,
+                        &key.dst,
+                        key.dst_port,
+                        Nat { addr, port },
+                    )
+                });
+                match port {
+                    Some(port) => Some(Nat { addr, port }),
+                    None => {
+                        trace!(
+                            t,
+                            Stage::Nat,
+                            "no free SNAT port towards {}: drop",
+                            key.dst_ip()
+                        );
+                        return Err(Action::Drop(DropReason::SnatPortsExhausted));
+                    }
+                }
+            } else {
+                None
+            };
+            let l4 = l4_info(parsed, frame);
+            match ct.table.insert(
+                &key,
+                &l4,
+                parsed.l3_len as u32,
+                nat,
+                snap.acl.generation,
+                ct.now,
+            ) {
+                Ok(id) => {
+                    trace!(
+                        t,
+                        Stage::Conntrack,
+                        "new connection {}{}",
+                        id.index(),
+                        if reflect { " (reflect)" } else { "" }
+                    );
+                }
+                Err(InsertError::Invalid) => {
+                    trace!(t, Stage::Conntrack, "cannot open a connection: drop");
+                    return Err(Action::Drop(DropReason::CtInvalid));
+                }
+                Err(e @ (InsertError::TableFull | InsertError::ZoneFull | InsertError::Exists)) => {
+                    trace!(t, Stage::Conntrack, "not tracked ({}): drop", e);
+                    return Err(Action::Drop(DropReason::CtTableFull));
+                }
+            }
+            if let Some(nat) = nat {
+                masquerade(parsed, frame, nat, t)?;
+            }
+            Ok(())
+        }
+    }
+}
+
+fn masquerade<T: Tracer>(
+    parsed: &Parsed,
+    frame: &mut [u8],
+    nat: Nat,
+    t: &mut T,
+) -> Result<(), Action> {
+    if !rewrite::rewrite(
+        frame,
+        parsed.l3_offset,
+        parsed.l4_offset,
+        parsed.key.proto,
+        Endpoint::Src,
+        nat.addr,
+        nat.port,
+    ) {
+        return Err(Action::Drop(DropReason::Malformed));
+    }
+    trace!(
+        t,
+        Stage::Nat,
+        "source {}:{} masqueraded to {}:{}",
+        parsed.key.src_ip(),
+        parsed.key.src_port,
+        nat.addr,
+        nat.port
+    );
+    Ok(())
+}
+
+/// Closes the connection of a packet the changed ACLs now deny.
+pub fn close_denied<T: Tracer>(ct: &mut Conntrack, mark: CtMark, t: &mut T) {
+    if let CtMark::Tracked {
+        id,
+        dir: Dir::Original,
+        checked: false,
+    } = mark
+    {
+        trace!(
+            t,
+            Stage::Conntrack,
+            "connection {} denied by the changed ACLs: closed",
+            id.index()
+        );
+        ct.table.remove(id);
+    }
+}

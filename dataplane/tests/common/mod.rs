@@ -1,0 +1,129 @@
+//! What the pipeline tests share: a hand-built snapshot of the demo topology (two pods
+//! and an uplink with routes and a resolved neighbour) and ACL building helpers.
+
+#![allow(dead_code)]
+
+use ferrule_dataplane::acl::table::Table;
+use ferrule_dataplane::acl::{self, Action as AclAction, PortRange, Prefix, Proto, Rule};
+use ferrule_dataplane::lpm::{Lpm4, Lpm6};
+use ferrule_dataplane::snapshot::{Neighbor, Network, NextHopEntry, PortRole, PortState, Snapshot};
+use ferrule_dataplane::wire::EthernetAddress;
+use rustc_hash::FxHashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
+
+pub const GW_MAC_A: [u8; 6] = [2, 0xfe, 0, 0, 0, 0xa];
+pub const GW_MAC_B: [u8; 6] = [2, 0xfe, 0, 0, 0, 0xb];
+pub const UPLINK_MAC: [u8; 6] = [2, 0xfe, 0, 0, 0, 0xc];
+pub const POD_A: [u8; 6] = [2, 0, 0, 0, 1, 2];
+pub const POD_B: [u8; 6] = [2, 0, 0, 0, 1, 3];
+pub const ROUTER: [u8; 6] = [2, 0, 0, 0, 9, 1];
+pub const GW4: Ipv4Addr = Ipv4Addr::new(169, 254, 1, 1);
+pub const GW6: Ipv6Addr = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 1);
+
+pub fn v6(s: &str) -> Ipv6Addr {
+    s.parse().expect("ipv6")
+}
+
+/// pod-a (0) 10.1.0.2, pod-b (1) 10.1.0.3 mtu 1400, uplink (2) 192.0.2.10/24 with a
+/// default route via 192.0.2.1 (resolved) and 198.51.100.0/24 via 192.0.2.99
+/// (unresolved); 203.0.113.0/24 blackholed; fd00:1::2 and ::3 on the pods.
+pub fn snapshot() -> Snapshot {
+    let pod = |name: &str, mac, pod_mac, mtu| PortState {
+        name: name.into(),
+        dpdk_id: 0,
+        role: PortRole::Pod,
+        network: 0,
+        mac: EthernetAddress(mac),
+        mtu,
+        pod_mac: Some(EthernetAddress(pod_mac)),
+        local_v4: vec![GW4],
+        local_v6: vec![GW6],
+        xconnect: None,
+    };
+    let ports = vec![
+        pod("pod-a", GW_MAC_A, POD_A, 1500),
+        pod("pod-b", GW_MAC_B, POD_B, 1400),
+        PortState {
+            name: "uplink0".into(),
+            dpdk_id: 2,
+            role: PortRole::Uplink,
+            network: 0,
+            mac: EthernetAddress(UPLINK_MAC),
+            mtu: 1500,
+            pod_mac: None,
+            local_v4: vec![Ipv4Addr::new(192, 0, 2, 10)],
+            local_v6: vec![v6("2001:db8::10")],
+            xconnect: None,
+        },
+    ];
+    let next_hops = vec![
+        NextHopEntry::Port { port: 0, via: None },
+        NextHopEntry::Port { port: 1, via: None },
+        NextHopEntry::Port { port: 2, via: None },
+        NextHopEntry::Port {
+            port: 2,
+            via: Some(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1))),
+        },
+        NextHopEntry::Local,
+        NextHopEntry::Blackhole,
+        NextHopEntry::Port {
+            port: 2,
+            via: Some(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 99))),
+        },
+    ];
+    let mut l4 = Lpm4::new();
+    l4.insert(Ipv4Addr::new(10, 1, 0, 2), 32, 0).expect("route");
+    l4.insert(Ipv4Addr::new(10, 1, 0, 3), 32, 1).expect("route");
+    l4.insert(Ipv4Addr::new(192, 0, 2, 0), 24, 2)
+        .expect("route");
+    l4.insert(Ipv4Addr::new(192, 0, 2, 10), 32, 4)
+        .expect("route");
+    l4.insert(Ipv4Addr::UNSPECIFIED, 0, 3).expect("route");
+    l4.insert(Ipv4Addr::new(203, 0, 113, 0), 24, 5)
+        .expect("route");
+    l4.insert(Ipv4Addr::new(198, 51, 100, 0), 24, 6)
+        .expect("route");
+    let mut l6 = Lpm6::new();
+    l6.insert(v6("fd00:1::2"), 128, 0).expect("route");
+    l6.insert(v6("fd00:1::3"), 128, 1).expect("route");
+    let mut neighbors = FxHashMap::default();
+    neighbors.insert(
+        (0u16, IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1))),
+        Neighbor {
+            mac: EthernetAddress(ROUTER),
+            port: 2,
+        },
+    );
+    Snapshot {
+        generation: 1,
+        ports,
+        networks: vec![Network {
+            name: "default".into(),
+            lpm4: Arc::new(l4),
+            lpm6: Arc::new(l6),
+            gateway_v4: GW4,
+            gateway_v6: GW6,
+        }],
+        next_hops: Arc::new(next_hops),
+        neighbors: Arc::new(neighbors),
+        acl: Default::default(),
+        snat: Default::default(),
+    }
+}
+
+pub fn rule(action: AclAction, proto: Proto, dst: &str, dst_port: Option<u16>) -> Rule {
+    let mut r = Rule::any(action);
+    r.proto = proto;
+    r.dst = Prefix::parse(dst, acl::RuleField::Dst).expect("prefix");
+    if let Some(p) = dst_port {
+        r.dst_port = PortRange::single(p);
+    }
+    r
+}
+
+/// Counter slot of table `t` rule `r`: `t * 100 + r`; no match: `t * 100 + 99`.
+pub fn table(t: u32, name: &str, rules: Vec<Rule>) -> Arc<Table> {
+    let slots = (0..rules.len() as u32).map(|r| t * 100 + r).collect();
+    Arc::new(Table::compile(name.into(), rules, slots, t * 100 + 99).expect("compile"))
+}

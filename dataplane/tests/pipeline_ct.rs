@@ -1,0 +1,803 @@
+//! The conntrack and NAT stages in the pipeline, on byte buffers: masquerading pod
+//! traffic and translating replies and ICMP errors back (checked by etherparse, which
+//! recomputes every checksum), `reflect` permits, re-checks after an ACL change,
+//! ownership hand-offs between workers, invalid packets and exhausted SNAT ports.
+
+mod common;
+
+use common::*;
+use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
+use ferrule_dataplane::acl::table::AclTables;
+use ferrule_dataplane::acl::{Action as AclAction, Proto};
+use ferrule_dataplane::conntrack::{CtConfig, Dir};
+use ferrule_dataplane::counters::{DropReason, MAX_PORTS};
+use ferrule_dataplane::nat::{Cidr4, SnatPolicy};
+use ferrule_dataplane::pipeline::ct::Conntrack;
+use ferrule_dataplane::pipeline::{self, Action, NoTrace, Recorder};
+use ferrule_dataplane::snapshot::Snapshot;
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+
+const NODE: [u8; 4] = [192, 0, 2, 10];
+const REMOTE: [u8; 4] = [8, 8, 8, 8];
+const POD_A_IP: [u8; 4] = [10, 1, 0, 2];
+const POD_B_IP: [u8; 4] = [10, 1, 0, 3];
+
+fn conntrack(worker: u16, workers: u16) -> Conntrack {
+    let cfg = CtConfig {
+        max_entries: 1024,
+        max_per_zone: 1024,
+        ..CtConfig::default()
+    };
+    let mut ct = Conntrack::new(&cfg, worker, workers, true);
+    ct.now = 1_000;
+    ct
+}
+
+/// The common snapshot with SNAT to 192.0.2.10 outside 192.0.2.0/24 and 10.1.0.0/16.
+fn snat_snapshot(ports: Vec<(u16, u16)>) -> Snapshot {
+    let mut snap = snapshot();
+    snap.snat = Arc::new(SnatPolicy {
+        node_ips: vec![Ipv4Addr::from(NODE)],
+        vpc_cidrs: vec![
+            Cidr4 {
+                addr: Ipv4Addr::new(192, 0, 2, 0),
+                len: 24,
+            },
+            Cidr4 {
+                addr: Ipv4Addr::new(10, 1, 0, 0),
+                len: 16,
+            },
+        ],
+        exclude: vec![],
+        ports,
+    });
+    snap
+}
+
+#[derive(Clone, Copy)]
+enum Tcp {
+    Syn,
+    SynAck(u32),
+    Ack(u32),
+    Rst(u32),
+}
+
+/// A TCP segment between two MACs.
+#[allow(clippy::too_many_arguments)]
+fn tcp(
+    mac: ([u8; 6], [u8; 6]),
+    src: [u8; 4],
+    dst: [u8; 4],
+    sport: u16,
+    dport: u16,
+    seq: u32,
+    kind: Tcp,
+    payload: &[u8],
+) -> Vec<u8> {
+    let b = PacketBuilder::ethernet2(mac.0, mac.1)
+        .ipv4(src, dst, 64)
+        .tcp(sport, dport, seq, 65535);
+    let b = match kind {
+        Tcp::Syn => b.syn(),
+        Tcp::SynAck(ack) => b.syn().ack(ack),
+        Tcp::Ack(ack) => b.ack(ack),
+        Tcp::Rst(ack) => b.rst().ack(ack),
+    };
+    let mut f = Vec::new();
+    b.write(&mut f, payload).expect("build");
+    f
+}
+
+fn run(snap: &Snapshot, ct: &mut Conntrack, port: u16, frame: &mut [u8]) -> Action {
+    pipeline::process_ct(snap, port, frame, Some(ct), &mut NoTrace)
+}
+
+/// Addresses and ports of a frame, and whether etherparse's own checksums agree.
+fn decode(frame: &[u8]) -> ([u8; 4], [u8; 4], u16, u16, bool) {
+    let p = SlicedPacket::from_ethernet(frame).expect("etherparse");
+    let Some(NetSlice::Ipv4(ip)) = p.net else {
+        panic!("not IPv4")
+    };
+    let h = ip.header().to_header();
+    let ip_ok = h.calc_header_checksum() == h.header_checksum;
+    let (sport, dport, l4_ok) = match p.transport {
+        Some(TransportSlice::Tcp(t)) => {
+            let want = t
+                .to_header()
+                .calc_checksum_ipv4(&h, t.payload())
+                .expect("sum");
+            (t.source_port(), t.destination_port(), want == t.checksum())
+        }
+        Some(TransportSlice::Udp(u)) => {
+            let want = u
+                .to_header()
+                .calc_checksum_ipv4(&h, u.payload())
+                .expect("sum");
+            (u.source_port(), u.destination_port(), want == u.checksum())
+        }
+        Some(TransportSlice::Icmpv4(i)) => {
+            let id = match i.icmp_type() {
+                etherparse::Icmpv4Type::EchoRequest(e) | etherparse::Icmpv4Type::EchoReply(e) => {
+                    e.id
+                }
+                _ => 0,
+            };
+            let want = i.header().icmp_type.calc_checksum(i.payload());
+            (id, id, want == i.checksum())
+        }
+        _ => (0, 0, true),
+    };
+    (h.source, h.destination, sport, dport, ip_ok && l4_ok)
+}
+
+#[test]
+fn pod_tcp_is_masqueraded_and_replies_come_back_to_the_pod() {
+    let snap = snat_snapshot(vec![(61000, 61999)]);
+    let mut ct = conntrack(0, 1);
+    let mut syn = tcp(
+        (POD_A, GW_MAC_A),
+        POD_A_IP,
+        REMOTE,
+        40000,
+        443,
+        1000,
+        Tcp::Syn,
+        &[],
+    );
+    assert_eq!(
+        run(&snap, &mut ct, 0, &mut syn),
+        Action::Forward { port: 2 }
+    );
+    let (src, dst, sport, dport, ok) = decode(&syn);
+    assert_eq!((src, dst, dport), (NODE, REMOTE, 443));
+    assert!((61000..=61999).contains(&sport), "{sport}");
+    assert!(ok, "checksums after SNAT");
+    assert_eq!(ct.table.len(), 1);
+
+    // The SYN-ACK to the node IP goes back to the pod, translated.
+    let mut synack = tcp(
+        (ROUTER, UPLINK_MAC),
+        REMOTE,
+        NODE,
+        443,
+        sport,
+        5000,
+        Tcp::SynAck(1001),
+        &[],
+    );
+    assert_eq!(
+        run(&snap, &mut ct, 2, &mut synack),
+        Action::Forward { port: 0 }
+    );
+    assert_eq!(decode(&synack), (REMOTE, POD_A_IP, 443, 40000, true));
+    // Data both ways.
+    let mut ack = tcp(
+        (POD_A, GW_MAC_A),
+        POD_A_IP,
+        REMOTE,
+        40000,
+        443,
+        1001,
+        Tcp::Ack(5001),
+        b"GET / HTTP/1.0\r\n\r\n",
+    );
+    assert_eq!(
+        run(&snap, &mut ct, 0, &mut ack),
+        Action::Forward { port: 2 }
+    );
+    assert_eq!(decode(&ack), (NODE, REMOTE, sport, 443, true));
+    let (id, _) = ct.table.lookup(&masq_key(sport)).expect("tracked");
+    let conn = ct.table.get(id).expect("conn");
+    assert_eq!(conn.state().name(), "ESTABLISHED");
+    assert_eq!(conn.packets(Dir::Original), 2);
+    assert_eq!(conn.packets(Dir::Reply), 1);
+
+    // Traffic inside the VPC keeps the pod's address and is not tracked.
+    let mut inside = tcp(
+        (POD_A, GW_MAC_A),
+        POD_A_IP,
+        [192, 0, 2, 77],
+        40001,
+        80,
+        1,
+        Tcp::Syn,
+        &[],
+    );
+    let action = run(&snap, &mut ct, 0, &mut inside);
+    assert!(
+        matches!(action, Action::Punt(_)),
+        "{action:?}: the neighbour is unresolved"
+    );
+    assert_eq!(ct.table.len(), 1);
+}
+
+/// The reply-direction key of the masqueraded test connection.
+fn masq_key(nat_port: u16) -> ferrule_dataplane::flow::FlowKey {
+    ferrule_dataplane::flow::FlowKey::v4(
+        0,
+        6,
+        Ipv4Addr::from(REMOTE),
+        Ipv4Addr::from(NODE),
+        443,
+        nat_port,
+    )
+}
+
+#[test]
+fn ping_and_udp_are_masqueraded_and_icmp_errors_translated_back() {
+    let snap = snat_snapshot(vec![(61000, 61999)]);
+    let mut ct = conntrack(0, 1);
+    let mut f = Vec::new();
+    PacketBuilder::ethernet2(POD_A, GW_MAC_A)
+        .ipv4(POD_A_IP, REMOTE, 64)
+        .icmpv4_echo_request(0x1234, 1)
+        .write(&mut f, b"ping")
+        .expect("build");
+    assert_eq!(run(&snap, &mut ct, 0, &mut f), Action::Forward { port: 2 });
+    let (src, _, id, _, ok) = decode(&f);
+    assert_eq!(src, NODE);
+    assert!(ok && (61000..=61999).contains(&id), "{id}");
+    let mut reply = Vec::new();
+    PacketBuilder::ethernet2(ROUTER, UPLINK_MAC)
+        .ipv4(REMOTE, NODE, 60)
+        .icmpv4_echo_reply(id, 1)
+        .write(&mut reply, b"ping")
+        .expect("build");
+    assert_eq!(
+        run(&snap, &mut ct, 2, &mut reply),
+        Action::Forward { port: 0 }
+    );
+    assert_eq!(decode(&reply), (REMOTE, POD_A_IP, 0x1234, 0x1234, true));
+
+    // UDP out, then a port unreachable about it from the remote side.
+    let mut udp = Vec::new();
+    PacketBuilder::ethernet2(POD_A, GW_MAC_A)
+        .ipv4(POD_A_IP, REMOTE, 64)
+        .udp(5353, 53)
+        .write(&mut udp, b"query")
+        .expect("build");
+    assert_eq!(
+        run(&snap, &mut ct, 0, &mut udp),
+        Action::Forward { port: 2 }
+    );
+    let (_, _, nat_port, _, ok) = decode(&udp);
+    assert!(ok);
+    let quoted = udp[14..].to_vec();
+    let mut err = Vec::new();
+    PacketBuilder::ethernet2(ROUTER, UPLINK_MAC)
+        .ipv4(REMOTE, NODE, 60)
+        .icmpv4(etherparse::Icmpv4Type::DestinationUnreachable(
+            etherparse::icmpv4::DestUnreachableHeader::Port,
+        ))
+        .write(&mut err, &quoted)
+        .expect("build");
+    assert_eq!(
+        run(&snap, &mut ct, 2, &mut err),
+        Action::Forward { port: 0 }
+    );
+    let (src, dst, _, _, ok) = decode(&err);
+    assert_eq!((src, dst), (REMOTE, POD_A_IP));
+    assert!(ok, "outer checksums");
+    // The quoted datagram is the pod's own again.
+    let inner = &err[14 + 20 + 8..];
+    assert_eq!(&inner[12..16], &POD_A_IP);
+    assert_eq!(u16::from_be_bytes([inner[20], inner[21]]), 5353);
+    assert_ne!(nat_port, 5353);
+    // An error about nothing tracked is not translated: to the node IP it is local.
+    let mut stray = err.clone();
+    stray[14 + 16..14 + 20].copy_from_slice(&NODE);
+    stray[14 + 20 + 8 + 20..14 + 20 + 8 + 22].copy_from_slice(&1u16.to_be_bytes());
+    assert!(matches!(
+        run(&snap, &mut ct, 2, &mut stray),
+        Action::Drop(_)
+    ));
+}
+
+/// pod-a ingress: reflect everything; pod-a egress: deny everything; pod-b egress:
+/// permit TCP port 80 (`permit_80`) or nothing.
+fn reflect_snapshot(generation: u64, permit_80: bool) -> Snapshot {
+    let mut snap = snapshot();
+    let any = "any";
+    let b_rules = if permit_80 {
+        vec![rule(AclAction::Permit, Proto::TCP, any, Some(80))]
+    } else {
+        vec![rule(AclAction::Deny, Proto::TCP, any, Some(80))]
+    };
+    let tables = vec![
+        table(
+            0,
+            "pod-a-reflect",
+            vec![rule(AclAction::Reflect, Proto::Any, any, None)],
+        ),
+        table(
+            1,
+            "pod-a-egress",
+            vec![rule(AclAction::Deny, Proto::Any, any, None)],
+        ),
+        table(2, "pod-b-egress", b_rules),
+    ];
+    let mut ingress = [None; MAX_PORTS];
+    let mut egress = [None; MAX_PORTS];
+    ingress[0] = Some(0);
+    egress[0] = Some(1);
+    egress[1] = Some(2);
+    snap.acl = Arc::new(AclTables::new(tables, ingress, egress, None, generation));
+    snap
+}
+
+#[test]
+fn reflect_lets_replies_back_and_nothing_else() {
+    let snap = reflect_snapshot(1, true);
+    let mut ct = conntrack(0, 1);
+    let deny = Action::Drop(DropReason::AclDeny);
+    let mut syn = tcp(
+        (POD_A, GW_MAC_A),
+        POD_A_IP,
+        POD_B_IP,
+        40000,
+        80,
+        1,
+        Tcp::Syn,
+        &[],
+    );
+    assert_eq!(
+        run(&snap, &mut ct, 0, &mut syn),
+        Action::Forward { port: 1 }
+    );
+    assert_eq!(ct.table.len(), 1, "the reflect rule tracked it");
+    // The reply passes pod-a's deny-all egress table.
+    let mut synack = tcp(
+        (POD_B, GW_MAC_B),
+        POD_B_IP,
+        POD_A_IP,
+        80,
+        40000,
+        9,
+        Tcp::SynAck(2),
+        &[],
+    );
+    assert_eq!(
+        run(&snap, &mut ct, 1, &mut synack),
+        Action::Forward { port: 0 }
+    );
+    // An unsolicited packet in the reply's direction does not.
+    let mut unsolicited = tcp(
+        (POD_B, GW_MAC_B),
+        POD_B_IP,
+        POD_A_IP,
+        80,
+        40001,
+        9,
+        Tcp::Syn,
+        &[],
+    );
+    assert_eq!(run(&snap, &mut ct, 1, &mut unsolicited), deny);
+    // Neither does one to another port of the pod.
+    let mut other = tcp(
+        (POD_B, GW_MAC_B),
+        POD_B_IP,
+        POD_A_IP,
+        81,
+        40000,
+        9,
+        Tcp::Ack(2),
+        &[],
+    );
+    assert_eq!(run(&snap, &mut ct, 1, &mut other), deny);
+
+    // A plain permit is stateless: without reflect nothing is tracked.
+    let mut plain = reflect_snapshot(1, true);
+    let mut acl = (*plain.acl).clone();
+    acl.tables[0] = table(
+        0,
+        "pod-a-permit",
+        vec![rule(AclAction::Permit, Proto::Any, "any", None)],
+    );
+    acl.has_reflect = false;
+    plain.acl = Arc::new(acl);
+    let mut fresh = conntrack(0, 1);
+    let mut syn = tcp(
+        (POD_A, GW_MAC_A),
+        POD_A_IP,
+        POD_B_IP,
+        40002,
+        80,
+        1,
+        Tcp::Syn,
+        &[],
+    );
+    assert_eq!(
+        run(&plain, &mut fresh, 0, &mut syn),
+        Action::Forward { port: 1 }
+    );
+    assert!(fresh.table.is_empty());
+}
+
+#[test]
+fn an_acl_change_closes_connections_the_new_rules_deny() {
+    let mut ct = conntrack(0, 1);
+    let snap1 = reflect_snapshot(1, true);
+    let mut syn = tcp(
+        (POD_A, GW_MAC_A),
+        POD_A_IP,
+        POD_B_IP,
+        40000,
+        80,
+        1,
+        Tcp::Syn,
+        &[],
+    );
+    assert_eq!(
+        run(&snap1, &mut ct, 0, &mut syn),
+        Action::Forward { port: 1 }
+    );
+    let mut synack = tcp(
+        (POD_B, GW_MAC_B),
+        POD_B_IP,
+        POD_A_IP,
+        80,
+        40000,
+        9,
+        Tcp::SynAck(2),
+        &[],
+    );
+    assert_eq!(
+        run(&snap1, &mut ct, 1, &mut synack),
+        Action::Forward { port: 0 }
+    );
+    // Generation 2 still permits: the next packet is re-checked and passes.
+    let snap2 = reflect_snapshot(2, true);
+    let mut ack = tcp(
+        (POD_A, GW_MAC_A),
+        POD_A_IP,
+        POD_B_IP,
+        40000,
+        80,
+        2,
+        Tcp::Ack(10),
+        &[],
+    );
+    let mut rec = Recorder::default();
+    assert_eq!(
+        pipeline::process_ct(&snap2, 0, &mut ack, Some(&mut ct), &mut rec),
+        Action::Forward { port: 1 }
+    );
+    assert!(
+        rec.stages
+            .iter()
+            .any(|(_, d)| d.contains("ACLs changed: checked again")),
+        "{:?}",
+        rec.stages
+    );
+    // Generation 3 denies port 80: the next packet is dropped and the connection closed,
+    // so the reply direction is denied too.
+    let snap3 = reflect_snapshot(3, false);
+    let mut ack = tcp(
+        (POD_A, GW_MAC_A),
+        POD_A_IP,
+        POD_B_IP,
+        40000,
+        80,
+        2,
+        Tcp::Ack(10),
+        b"x",
+    );
+    assert_eq!(
+        run(&snap3, &mut ct, 0, &mut ack),
+        Action::Drop(DropReason::AclDeny)
+    );
+    assert!(ct.table.is_empty(), "closed");
+    let mut reply = tcp(
+        (POD_B, GW_MAC_B),
+        POD_B_IP,
+        POD_A_IP,
+        80,
+        40000,
+        10,
+        Tcp::Ack(3),
+        b"y",
+    );
+    assert_eq!(
+        run(&snap3, &mut ct, 1, &mut reply),
+        Action::Drop(DropReason::AclDeny)
+    );
+    // With re-checks off the connection would have lived on.
+    let mut lax = conntrack(0, 1);
+    lax.recheck = false;
+    let mut syn = tcp(
+        (POD_A, GW_MAC_A),
+        POD_A_IP,
+        POD_B_IP,
+        40000,
+        80,
+        1,
+        Tcp::Syn,
+        &[],
+    );
+    assert_eq!(
+        run(&snap1, &mut lax, 0, &mut syn),
+        Action::Forward { port: 1 }
+    );
+    let mut synack = tcp(
+        (POD_B, GW_MAC_B),
+        POD_B_IP,
+        POD_A_IP,
+        80,
+        40000,
+        9,
+        Tcp::SynAck(2),
+        &[],
+    );
+    assert_eq!(
+        run(&snap1, &mut lax, 1, &mut synack),
+        Action::Forward { port: 0 }
+    );
+    let mut ack = tcp(
+        (POD_A, GW_MAC_A),
+        POD_A_IP,
+        POD_B_IP,
+        40000,
+        80,
+        2,
+        Tcp::Ack(10),
+        &[],
+    );
+    assert_eq!(
+        run(&snap3, &mut lax, 0, &mut ack),
+        Action::Forward { port: 1 }
+    );
+}
+
+#[test]
+fn out_of_window_rst_is_invalid_and_in_window_rst_closes() {
+    let snap = snat_snapshot(vec![(61000, 61999)]);
+    let mut ct = conntrack(0, 1);
+    let mut syn = tcp(
+        (POD_A, GW_MAC_A),
+        POD_A_IP,
+        REMOTE,
+        40000,
+        443,
+        1000,
+        Tcp::Syn,
+        &[],
+    );
+    run(&snap, &mut ct, 0, &mut syn);
+    let (_, _, port, _, _) = decode(&syn);
+    let mut synack = tcp(
+        (ROUTER, UPLINK_MAC),
+        REMOTE,
+        NODE,
+        443,
+        port,
+        5000,
+        Tcp::SynAck(1001),
+        &[],
+    );
+    assert_eq!(
+        run(&snap, &mut ct, 2, &mut synack),
+        Action::Forward { port: 0 }
+    );
+    let mut ack = tcp(
+        (POD_A, GW_MAC_A),
+        POD_A_IP,
+        REMOTE,
+        40000,
+        443,
+        1001,
+        Tcp::Ack(5001),
+        &[],
+    );
+    run(&snap, &mut ct, 0, &mut ack);
+    let mut bad = tcp(
+        (ROUTER, UPLINK_MAC),
+        REMOTE,
+        NODE,
+        443,
+        port,
+        5001 + 3_000_000,
+        Tcp::Rst(1001),
+        &[],
+    );
+    assert_eq!(
+        run(&snap, &mut ct, 2, &mut bad),
+        Action::Drop(DropReason::CtInvalid)
+    );
+    assert_eq!(ct.table.len(), 1);
+    let mut good = tcp(
+        (ROUTER, UPLINK_MAC),
+        REMOTE,
+        NODE,
+        443,
+        port,
+        5001,
+        Tcp::Rst(1001),
+        &[],
+    );
+    assert_eq!(
+        run(&snap, &mut ct, 2, &mut good),
+        Action::Forward { port: 0 }
+    );
+    let (id, _) = ct
+        .table
+        .lookup(&masq_key(port))
+        .expect("still there, closing");
+    assert_eq!(ct.table.get(id).unwrap().state().name(), "CLOSE");
+}
+
+#[test]
+fn snat_ports_run_out_per_destination() {
+    // One port: one connection per remote endpoint.
+    let snap = snat_snapshot(vec![(61000, 61000)]);
+    let mut ct = conntrack(0, 1);
+    let mut first = tcp(
+        (POD_A, GW_MAC_A),
+        POD_A_IP,
+        REMOTE,
+        40000,
+        443,
+        1,
+        Tcp::Syn,
+        &[],
+    );
+    assert_eq!(
+        run(&snap, &mut ct, 0, &mut first),
+        Action::Forward { port: 2 }
+    );
+    let mut second = tcp(
+        (POD_B, GW_MAC_B),
+        POD_B_IP,
+        REMOTE,
+        40000,
+        443,
+        1,
+        Tcp::Syn,
+        &[],
+    );
+    assert_eq!(
+        run(&snap, &mut ct, 1, &mut second),
+        Action::Drop(DropReason::SnatPortsExhausted)
+    );
+    // Another destination may reuse the port (endpoint-dependent mapping).
+    let mut other = tcp(
+        (POD_B, GW_MAC_B),
+        POD_B_IP,
+        [9, 9, 9, 9],
+        40000,
+        443,
+        1,
+        Tcp::Syn,
+        &[],
+    );
+    assert_eq!(
+        run(&snap, &mut ct, 1, &mut other),
+        Action::Forward { port: 2 }
+    );
+    assert_eq!(decode(&other).2, 61000);
+}
+
+#[test]
+fn packets_go_to_the_worker_that_owns_their_connection() {
+    let snap = snat_snapshot(vec![(61000, 61999)]);
+    let mut w = [conntrack(0, 2), conntrack(1, 2)];
+    // Whichever worker receives the SYN, exactly one runs it; the other hands it over.
+    let syn = tcp(
+        (POD_A, GW_MAC_A),
+        POD_A_IP,
+        REMOTE,
+        40000,
+        443,
+        1000,
+        Tcp::Syn,
+        &[],
+    );
+    let mut verdicts = Vec::new();
+    for ct in w.iter_mut() {
+        let mut f = syn.clone();
+        verdicts.push((run(&snap, ct, 0, &mut f), f));
+    }
+    let owner = verdicts
+        .iter()
+        .position(|(a, _)| *a == Action::Forward { port: 2 })
+        .expect("one worker forwards");
+    assert_eq!(
+        verdicts[1 - owner].0,
+        Action::Handoff {
+            worker: owner as u16
+        }
+    );
+    let (_, _, port, _, _) = decode(&verdicts[owner].1);
+    assert_eq!(
+        usize::from(port) % 2,
+        owner,
+        "the SNAT port names the owner"
+    );
+    // The reply arrives on the other worker and is handed to the owner, which
+    // translates it.
+    let reply = tcp(
+        (ROUTER, UPLINK_MAC),
+        REMOTE,
+        NODE,
+        443,
+        port,
+        5000,
+        Tcp::SynAck(1001),
+        &[],
+    );
+    let mut f = reply.clone();
+    assert_eq!(
+        run(&snap, &mut w[1 - owner], 2, &mut f),
+        Action::Handoff {
+            worker: owner as u16
+        }
+    );
+    let mut f = reply.clone();
+    assert_eq!(
+        run(&snap, &mut w[owner], 2, &mut f),
+        Action::Forward { port: 0 }
+    );
+    // Pod-to-pod flows (no NAT) hash the same both ways.
+    let ab = tcp(
+        (POD_A, GW_MAC_A),
+        POD_A_IP,
+        POD_B_IP,
+        1234,
+        80,
+        1,
+        Tcp::Syn,
+        &[],
+    );
+    let ba = tcp(
+        (POD_B, GW_MAC_B),
+        POD_B_IP,
+        POD_A_IP,
+        80,
+        1234,
+        1,
+        Tcp::SynAck(2),
+        &[],
+    );
+    let owner_of = |f: &[u8], port: u16| {
+        let parsed = pipeline::parse(f, 0).expect("parse");
+        let _ = port;
+        pipeline::ct::owner(&parsed, f, &snap.snat, 2)
+    };
+    assert_eq!(owner_of(&ab, 0), owner_of(&ba, 1));
+}
+
+#[test]
+fn trace_shows_the_conntrack_and_nat_stages() {
+    let snap = snat_snapshot(vec![(61000, 61999)]);
+    let mut ct = conntrack(0, 1);
+    let mut syn = tcp(
+        (POD_A, GW_MAC_A),
+        POD_A_IP,
+        REMOTE,
+        40000,
+        443,
+        1000,
+        Tcp::Syn,
+        &[],
+    );
+    let mut rec = Recorder::default();
+    let action = pipeline::process_ct(&snap, 0, &mut syn, Some(&mut ct), &mut rec);
+    assert_eq!(action, Action::Forward { port: 2 });
+    let names: Vec<&str> = rec.stages.iter().map(|(s, _)| s.name()).collect();
+    assert!(names.starts_with(&["parse", "l2", "ct"]), "{names:?}");
+    let nat = rec
+        .stages
+        .iter()
+        .find(|(s, _)| s.name() == "nat")
+        .expect("nat stage");
+    assert!(
+        nat.1
+            .starts_with("source 10.1.0.2:40000 masqueraded to 192.0.2.10:"),
+        "{}",
+        nat.1
+    );
+    assert!(rec
+        .stages
+        .iter()
+        .any(|(s, d)| s.name() == "ct" && d.starts_with("new connection")));
+}
