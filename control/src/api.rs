@@ -545,3 +545,146 @@ pub struct VpcState {
     /// The address pods are masqueraded to; `null` when SNAT is off.
     pub snat_address: Option<String>,
 }
+
+/// Conntrack methods' names.
+pub mod ct_method {
+    /// Tracked connections, filtered.
+    pub const DUMP: &str = "ct.dump";
+    /// Remove tracked connections, filtered.
+    pub const FLUSH: &str = "ct.flush";
+    /// Occupancy and counters per worker and zone.
+    pub const STATS: &str = "ct.stats";
+}
+
+/// NAT methods' names.
+pub mod nat_method {
+    /// Masqueraded connections with their mappings.
+    pub const DUMP: &str = "nat.dump";
+}
+
+/// Params of `ct.dump`, `ct.flush` and `nat.dump`: every given field must match.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct CtFilterParams {
+    /// Zone: the network's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<String>,
+    /// Source address of the original direction.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub src: Option<String>,
+    /// Destination address of the original direction.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dst: Option<String>,
+    /// `tcp`, `udp`, `sctp`, `icmp`, `icmpv6` or a number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proto: Option<String>,
+    /// A port of either end, in either direction (ICMP echo: the identifier).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    /// A state as dumps show it (`ESTABLISHED`, `TIME_WAIT`, `ASSURED`, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// Dumps: at most this many entries (default 10000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+}
+
+/// One direction of a connection.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CtTuple {
+    pub src: String,
+    pub dst: String,
+    pub sport: u16,
+    pub dport: u16,
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+/// One tracked connection.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CtEntry {
+    /// Worker whose table holds it.
+    pub worker: u16,
+    pub network: String,
+    pub proto: String,
+    pub state: String,
+    /// Seconds before it expires unless a packet refreshes it.
+    pub time_left_secs: f64,
+    /// The first packet's direction.
+    pub original: CtTuple,
+    /// The reply direction, as it travels on the wire (after NAT).
+    pub reply: CtTuple,
+    /// Source NAT: the original source became this address and port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snat: Option<String>,
+}
+
+/// Result of `ct.dump`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CtDump {
+    pub entries: Vec<CtEntry>,
+    /// Some worker had more matching entries than `limit`.
+    pub truncated: bool,
+}
+
+/// Result of `ct.flush`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CtFlushed {
+    pub removed: usize,
+}
+
+/// One worker's table in `ct.stats`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CtWorkerStats {
+    pub worker: u16,
+    pub entries: usize,
+    pub capacity: usize,
+    pub inserts: u64,
+    pub removals: u64,
+    pub expirations: u64,
+    /// New connections refused: table full, zone full, tuple clash.
+    pub table_full: u64,
+    pub zone_full: u64,
+    pub clashes: u64,
+    /// Packets invalid in their connection's state.
+    pub invalid: u64,
+}
+
+/// Entries of one zone, over all workers.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CtZone {
+    pub network: String,
+    pub entries: usize,
+}
+
+/// Result of `ct.stats`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CtStatsResult {
+    pub workers: Vec<CtWorkerStats>,
+    pub zones: Vec<CtZone>,
+    /// The conntrack and NAT drop reasons with their counts, summed over workers
+    /// (`ct-invalid`, `ct-table-full`, `snat-ports-exhausted`, `handoff-full`).
+    pub drops: Vec<DropCount>,
+}
+
+/// One masqueraded connection in `nat.dump`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct NatEntry {
+    pub worker: u16,
+    pub proto: String,
+    /// The pod's address and port (ICMP echo: identifier).
+    pub inside: String,
+    /// What the pod's address and port became.
+    pub outside: String,
+    /// The remote end.
+    pub remote: String,
+    pub state: String,
+    pub time_left_secs: f64,
+}
+
+/// Result of `nat.dump`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct NatDump {
+    pub entries: Vec<NatEntry>,
+    pub truncated: bool,
+}

@@ -25,6 +25,7 @@ use crate::client::{Client, ClientError};
 use crate::table::Table;
 
 pub mod acl;
+pub mod ct;
 pub mod vpc;
 
 const LONG_ABOUT: &str = "\
@@ -50,6 +51,9 @@ Examples:
   ferrulectl acl dump --port pod-web        Rules applying at a port, with hit counts
   ferrulectl vpc set --node-ip 192.0.2.10 --vpc-cidr 192.0.2.0/24
                                             Masquerade pods to the node IP outside the VPC
+  ferrulectl ct dump --proto tcp --state ESTABLISHED
+                                            Tracked connections, like conntrack -L
+  ferrulectl nat dump                       Masqueraded connections and their ports
   ferrulectl trace start --port uplink0 --count 10
   ferrulectl trace dump --pcap /tmp/t.pcap  Captured packets with their path
   ferrulectl --json stats | jq .totals      Raw reply, for scripts
@@ -142,6 +146,20 @@ count, like `vppctl show errors`.")]
     Acl {
         #[command(subcommand)]
         command: acl::AclCommand,
+    },
+
+    /// List, flush and count tracked connections.
+    #[command(long_about = ct::CT_LONG_ABOUT)]
+    Ct {
+        #[command(subcommand)]
+        command: ct::CtCommand,
+    },
+
+    /// Show masqueraded connections (source NAT).
+    #[command(long_about = ct::NAT_LONG_ABOUT)]
+    Nat {
+        #[command(subcommand)]
+        command: ct::NatCommand,
     },
 
     /// Set and show the node's VPC state (node IP, VPC CIDRs, SNAT).
@@ -472,6 +490,9 @@ Example:
   ferrulectl acl dump --port pod-web        Rules applying at a port, with hit counts
   ferrulectl vpc set --node-ip 192.0.2.10 --vpc-cidr 192.0.2.0/24
                                             Masquerade pods to the node IP outside the VPC
+  ferrulectl ct dump --proto tcp --state ESTABLISHED
+                                            Tracked connections, like conntrack -L
+  ferrulectl nat dump                       Masqueraded connections and their ports
   ferrulectl trace start --port uplink0 --count 10")]
     Start(TraceStartArgs),
 
@@ -563,6 +584,8 @@ pub fn run(cli: &Cli, out: &mut dyn Write) -> Result<(), CtlError> {
         Command::Neigh { ref command } => neigh(&mut ctx, command),
         Command::Acl { ref command } => acl::run(&mut ctx, command),
         Command::Vpc { ref command } => vpc::run(&mut ctx, command),
+        Command::Ct { ref command } => ct::run(&mut ctx, command),
+        Command::Nat { ref command } => ct::run_nat(&mut ctx, command),
         Command::Trace(ref args) => trace(&mut ctx, args),
     }
 }

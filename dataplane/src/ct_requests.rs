@@ -145,7 +145,7 @@ pub fn answer(worker: u16, table: &mut ConnTable, request: &CtRequest, now: Mill
             zones.sort_unstable();
             CtReply::Stats {
                 worker,
-                stats: table.stats().clone(),
+                stats: *table.stats(),
                 entries: table.len(),
                 capacity: table.capacity(),
                 zones,

@@ -390,7 +390,7 @@ impl Ctx<'_> {
         let queue = &self.shared.handoff[self.plan.worker];
         let mut sent = 0u64;
         let mut port = None;
-        let mut handed = std::mem::replace(&mut self.handed, Burst::new());
+        let mut handed = std::mem::take(&mut self.handed);
         // A packet is handed off once: here it stays, whatever the owner says now.
         self.ct.no_handoff = true;
         for _ in 0..MAX_BURST {

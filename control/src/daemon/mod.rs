@@ -1,9 +1,11 @@
 //! The daemon: brings up the EAL, the mempool and the configured ports, assigns receive
 //! queues to workers and launches them, answers the control API, publishes forwarding
 //! snapshots, and tears everything down in order (workers, ports, memory, EAL) when it
-//! ends. Route, neighbour, ACL, VPC and trace methods live in the submodules.
+//! ends. Route, neighbour, ACL, VPC, conntrack and trace methods live in the
+//! submodules.
 
 mod acl;
+mod ct;
 mod punt;
 mod routes;
 mod trace;
@@ -581,6 +583,10 @@ impl Service for Daemon {
             api::acl_method::CLEAR_COUNTERS => self.acl_clear(params),
             api::vpc_method::SYNC => self.vpc_sync(params),
             api::vpc_method::SHOW => self.vpc_show(params),
+            api::ct_method::DUMP => self.ct_dump(params),
+            api::ct_method::FLUSH => self.ct_flush(params),
+            api::ct_method::STATS => self.ct_stats(params),
+            api::nat_method::DUMP => self.nat_dump(params),
             other => Err(RpcError::method_not_found(other)),
         }
     }

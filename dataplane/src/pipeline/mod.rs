@@ -439,9 +439,9 @@ pub fn process_burst<F: Frames + ?Sized, T: Tracer>(
     }
     // Connections the changed ACLs now deny are closed.
     if let Some(ct) = ct {
-        for i in 0..n {
-            if actions[i] == Action::Drop(DropReason::AclDeny) {
-                ct::close_denied(ct, s.ct[i], t);
+        for (action, mark) in actions.iter().zip(&s.ct).take(n) {
+            if *action == Action::Drop(DropReason::AclDeny) {
+                ct::close_denied(ct, *mark, t);
             }
         }
     }
