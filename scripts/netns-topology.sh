@@ -36,6 +36,9 @@ up() {
     pair() { # peer-ns ferrule-if mac
         ip link add "$2" netns "$name-fr" type veth peer name eth0 netns "$name-$1"
         ns "$name-$1" ip link set eth0 address "$3"
+        # The peer's kernel must put real checksums in what it sends: Ferrule reads
+        # frames off the wire (af_packet) and rewrites checksums incrementally.
+        ns "$name-$1" ethtool -K eth0 tx off >/dev/null
         ns "$name-fr" ip link set "$2" up
         ns "$name-$1" ip link set eth0 up
     }

@@ -801,3 +801,35 @@ fn trace_shows_the_conntrack_and_nat_stages() {
         .iter()
         .any(|(s, d)| s.name() == "ct" && d.starts_with("new connection")));
 }
+
+#[test]
+fn too_big_for_the_uplink_is_refused_before_masquerading() {
+    let mut snap = snat_snapshot(vec![(61000, 61999)]);
+    snap.ports[2].mtu = 1400;
+    let mut ct = conntrack(0, 1);
+    let mut big = tcp(
+        (POD_A, GW_MAC_A),
+        POD_A_IP,
+        REMOTE,
+        40000,
+        443,
+        1,
+        Tcp::Ack(1),
+        &[0u8; 1400],
+    );
+    let before = big.clone();
+    let action = run(&snap, &mut ct, 0, &mut big);
+    assert!(
+        matches!(
+            action,
+            Action::IcmpError {
+                reason: DropReason::MtuExceeded,
+                ..
+            }
+        ),
+        "{action:?}"
+    );
+    // The ICMP error is built from the frame: it must still be the pod's packet.
+    assert_eq!(big, before);
+    assert!(ct.table.is_empty());
+}

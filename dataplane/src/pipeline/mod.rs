@@ -413,11 +413,19 @@ pub fn process_burst<F: Frames + ?Sized, T: Tracer>(
     if snap.acl.any_egress {
         n_routed = egress_acl(snap, s, n_routed, &*frames, actions, t);
     }
-    // Stage 5: conntrack commit and NAT, MTU, neighbour, rewrite.
+    // Stage 5: MTU, conntrack commit and NAT, neighbour, rewrite.
     for &i in &s.routed[..n_routed] {
         let i = usize::from(i);
         let (out, via) = s.hop[i];
-        if let (Some(ct), Some(output)) = (ct.as_deref_mut(), snap.ports.get(usize::from(out))) {
+        let Some(output) = snap.ports.get(usize::from(out)) else {
+            actions[i] = Action::Drop(DropReason::NoRoute);
+            continue;
+        };
+        if let Err(a) = mtu(&s.parsed[i], output, t) {
+            actions[i] = a;
+            continue;
+        }
+        if let Some(ct) = ct.as_deref_mut() {
             let reflect = s.acl.reflect[i];
             let frame = frames.frame_mut(i);
             if let Err(a) = ct::commit(
@@ -761,7 +769,61 @@ fn route<T: Tracer>(
     Ok((out, via))
 }
 
-/// MTU, neighbour and rewrite of a packet routed to port `out`.
+/// MTU: whether a packet fits the output port, else the ICMP error or drop (checked
+/// before NAT, so that an ICMP error quotes the packet as its sender sent it).
+#[inline(always)]
+fn mtu<T: Tracer>(parsed: &Parsed, out_port: &PortState, t: &mut T) -> Result<(), Action> {
+    if parsed.l3_len > usize::from(out_port.mtu) {
+        let mtu = out_port.mtu;
+        if parsed.is_ipv6() {
+            trace!(
+                t,
+                Stage::Mtu,
+                "{} bytes > mtu {} of {}: packet too big",
+                parsed.l3_len,
+                mtu,
+                out_port.name
+            );
+            return Err(Action::IcmpError {
+                kind: IcmpErrorKind::PacketTooBig { mtu },
+                reason: DropReason::MtuExceeded,
+            });
+        }
+        if parsed.dont_frag {
+            trace!(
+                t,
+                Stage::Mtu,
+                "{} bytes > mtu {} of {} with DF: fragmentation needed",
+                parsed.l3_len,
+                mtu,
+                out_port.name
+            );
+            return Err(Action::IcmpError {
+                kind: IcmpErrorKind::FragNeeded { mtu },
+                reason: DropReason::MtuExceeded,
+            });
+        }
+        trace!(
+            t,
+            Stage::Mtu,
+            "{} bytes > mtu {} of {} (no fragmentation)",
+            parsed.l3_len,
+            mtu,
+            out_port.name
+        );
+        return Err(Action::Drop(DropReason::MtuExceeded));
+    }
+    trace!(
+        t,
+        Stage::Mtu,
+        "{} bytes fit mtu {}",
+        parsed.l3_len,
+        out_port.mtu
+    );
+    Ok(())
+}
+
+/// Neighbour and rewrite of a packet routed to port `out`.
 #[inline(always)]
 fn finish<T: Tracer>(
     snap: &Snapshot,
@@ -776,55 +838,6 @@ fn finish<T: Tracer>(
     let Some(out_port) = snap.ports.get(usize::from(out)) else {
         return Action::Drop(DropReason::NoRoute);
     };
-    // mtu
-    if parsed.l3_len > usize::from(out_port.mtu) {
-        let mtu = out_port.mtu;
-        if parsed.is_ipv6() {
-            trace!(
-                t,
-                Stage::Mtu,
-                "{} bytes > mtu {} of {}: packet too big",
-                parsed.l3_len,
-                mtu,
-                out_port.name
-            );
-            return Action::IcmpError {
-                kind: IcmpErrorKind::PacketTooBig { mtu },
-                reason: DropReason::MtuExceeded,
-            };
-        }
-        if parsed.dont_frag {
-            trace!(
-                t,
-                Stage::Mtu,
-                "{} bytes > mtu {} of {} with DF: fragmentation needed",
-                parsed.l3_len,
-                mtu,
-                out_port.name
-            );
-            return Action::IcmpError {
-                kind: IcmpErrorKind::FragNeeded { mtu },
-                reason: DropReason::MtuExceeded,
-            };
-        }
-        trace!(
-            t,
-            Stage::Mtu,
-            "{} bytes > mtu {} of {} (no fragmentation)",
-            parsed.l3_len,
-            mtu,
-            out_port.name
-        );
-        return Action::Drop(DropReason::MtuExceeded);
-    }
-    trace!(
-        t,
-        Stage::Mtu,
-        "{} bytes fit mtu {}",
-        parsed.l3_len,
-        out_port.mtu
-    );
-
     // neighbour
     let next_mac: EthernetAddress = match (out_port.role, via) {
         (PortRole::Pod, None) => match out_port.pod_mac {
