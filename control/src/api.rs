@@ -146,6 +146,9 @@ pub struct WorkerStats {
     /// Packets handed to the control thread.
     #[serde(default)]
     pub punts: u64,
+    /// Packets handed to the worker that owns their connection.
+    #[serde(default)]
+    pub handoffs: u64,
     /// Total drops; by reason in `drop_reasons` (only non-zero reasons are listed).
     pub drops: u64,
     pub drop_reasons: Vec<DropCount>,

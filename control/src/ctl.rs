@@ -1379,6 +1379,7 @@ mod tests {
                 local_replies: 0,
                 icmp_errors: 0,
                 punts: 0,
+                handoffs: 0,
                 drops: 20,
                 drop_reasons: vec![DropCount {
                     reason: "tx-full".to_string(),

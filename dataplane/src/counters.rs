@@ -181,6 +181,8 @@ pub struct WorkerCounters {
     pub icmp_errors: Counter,
     /// Packets handed to the control thread (to learn from, or held for resolution).
     pub punts: Counter,
+    /// Packets handed to the worker that owns their connection.
+    pub handoffs: Counter,
     /// Drops by reason, indexed by `DropReason as usize`.
     pub drops: [Counter; DropReason::COUNT],
     /// Per-port counters, indexed by the port's index in the configuration.
@@ -199,6 +201,7 @@ impl Default for WorkerCounters {
             local_replies: Counter::default(),
             icmp_errors: Counter::default(),
             punts: Counter::default(),
+            handoffs: Counter::default(),
             drops: Default::default(),
             ports: std::array::from_fn(|_| PortCounters::default()),
             acl: RuleCounters::default(),

@@ -494,7 +494,7 @@ impl Ctx<'_> {
                         .get(usize::from(worker))
                         .map(|q| q.push(item))
                     {
-                        Some(Ok(())) => {}
+                        Some(Ok(())) => self.counters.handoffs.add(1),
                         Some(Err(item)) => self.drop(item.mbuf, DropReason::HandoffFull, in_index),
                         None => {}
                     }

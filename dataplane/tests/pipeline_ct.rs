@@ -11,14 +11,12 @@ use ferrule_dataplane::acl::table::AclTables;
 use ferrule_dataplane::acl::{Action as AclAction, Proto};
 use ferrule_dataplane::conntrack::{CtConfig, Dir};
 use ferrule_dataplane::counters::{DropReason, MAX_PORTS};
-use ferrule_dataplane::nat::{Cidr4, SnatPolicy};
 use ferrule_dataplane::pipeline::ct::Conntrack;
 use ferrule_dataplane::pipeline::{self, Action, NoTrace, Recorder};
 use ferrule_dataplane::snapshot::Snapshot;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
-const NODE: [u8; 4] = [192, 0, 2, 10];
 const REMOTE: [u8; 4] = [8, 8, 8, 8];
 const POD_A_IP: [u8; 4] = [10, 1, 0, 2];
 const POD_B_IP: [u8; 4] = [10, 1, 0, 3];
@@ -32,61 +30,6 @@ fn conntrack(worker: u16, workers: u16) -> Conntrack {
     let mut ct = Conntrack::new(&cfg, worker, workers, true);
     ct.now = 1_000;
     ct
-}
-
-/// The common snapshot with SNAT to 192.0.2.10 outside 192.0.2.0/24 and 10.1.0.0/16.
-fn snat_snapshot(ports: Vec<(u16, u16)>) -> Snapshot {
-    let mut snap = snapshot();
-    snap.snat = Arc::new(SnatPolicy {
-        node_ips: vec![Ipv4Addr::from(NODE)],
-        vpc_cidrs: vec![
-            Cidr4 {
-                addr: Ipv4Addr::new(192, 0, 2, 0),
-                len: 24,
-            },
-            Cidr4 {
-                addr: Ipv4Addr::new(10, 1, 0, 0),
-                len: 16,
-            },
-        ],
-        exclude: vec![],
-        ports,
-    });
-    snap
-}
-
-#[derive(Clone, Copy)]
-enum Tcp {
-    Syn,
-    SynAck(u32),
-    Ack(u32),
-    Rst(u32),
-}
-
-/// A TCP segment between two MACs.
-#[allow(clippy::too_many_arguments)]
-fn tcp(
-    mac: ([u8; 6], [u8; 6]),
-    src: [u8; 4],
-    dst: [u8; 4],
-    sport: u16,
-    dport: u16,
-    seq: u32,
-    kind: Tcp,
-    payload: &[u8],
-) -> Vec<u8> {
-    let b = PacketBuilder::ethernet2(mac.0, mac.1)
-        .ipv4(src, dst, 64)
-        .tcp(sport, dport, seq, 65535);
-    let b = match kind {
-        Tcp::Syn => b.syn(),
-        Tcp::SynAck(ack) => b.syn().ack(ack),
-        Tcp::Ack(ack) => b.ack(ack),
-        Tcp::Rst(ack) => b.rst().ack(ack),
-    };
-    let mut f = Vec::new();
-    b.write(&mut f, payload).expect("build");
-    f
 }
 
 fn run(snap: &Snapshot, ct: &mut Conntrack, port: u16, frame: &mut [u8]) -> Action {

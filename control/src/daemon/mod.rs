@@ -490,6 +490,7 @@ impl Daemon {
                     local_replies: c.local_replies.get(),
                     icmp_errors: c.icmp_errors.get(),
                     punts: c.punts.get(),
+                    handoffs: c.handoffs.get(),
                     drops: c.total_drops(),
                     drop_reasons,
                 };

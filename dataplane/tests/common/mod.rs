@@ -1,11 +1,14 @@
 //! What the pipeline tests share: a hand-built snapshot of the demo topology (two pods
-//! and an uplink with routes and a resolved neighbour) and ACL building helpers.
+//! and an uplink with routes and a resolved neighbour), the same with SNAT on, and
+//! builders of ACL rules and TCP segments.
 
 #![allow(dead_code)]
 
+use etherparse::PacketBuilder;
 use ferrule_dataplane::acl::table::Table;
 use ferrule_dataplane::acl::{self, Action as AclAction, PortRange, Prefix, Proto, Rule};
 use ferrule_dataplane::lpm::{Lpm4, Lpm6};
+use ferrule_dataplane::nat::{Cidr4, SnatPolicy};
 use ferrule_dataplane::snapshot::{Neighbor, Network, NextHopEntry, PortRole, PortState, Snapshot};
 use ferrule_dataplane::wire::EthernetAddress;
 use rustc_hash::FxHashMap;
@@ -126,4 +129,61 @@ pub fn rule(action: AclAction, proto: Proto, dst: &str, dst_port: Option<u16>) -
 pub fn table(t: u32, name: &str, rules: Vec<Rule>) -> Arc<Table> {
     let slots = (0..rules.len() as u32).map(|r| t * 100 + r).collect();
     Arc::new(Table::compile(name.into(), rules, slots, t * 100 + 99).expect("compile"))
+}
+
+pub const NODE: [u8; 4] = [192, 0, 2, 10];
+
+/// The common snapshot with SNAT to 192.0.2.10 outside 192.0.2.0/24 and 10.1.0.0/16.
+pub fn snat_snapshot(ports: Vec<(u16, u16)>) -> Snapshot {
+    let mut snap = snapshot();
+    snap.snat = Arc::new(SnatPolicy {
+        node_ips: vec![Ipv4Addr::from(NODE)],
+        vpc_cidrs: vec![
+            Cidr4 {
+                addr: Ipv4Addr::new(192, 0, 2, 0),
+                len: 24,
+            },
+            Cidr4 {
+                addr: Ipv4Addr::new(10, 1, 0, 0),
+                len: 16,
+            },
+        ],
+        exclude: vec![],
+        ports,
+    });
+    snap
+}
+
+#[derive(Clone, Copy)]
+pub enum Tcp {
+    Syn,
+    SynAck(u32),
+    Ack(u32),
+    Rst(u32),
+}
+
+/// A TCP segment between two MACs.
+#[allow(clippy::too_many_arguments)]
+pub fn tcp(
+    mac: ([u8; 6], [u8; 6]),
+    src: [u8; 4],
+    dst: [u8; 4],
+    sport: u16,
+    dport: u16,
+    seq: u32,
+    kind: Tcp,
+    payload: &[u8],
+) -> Vec<u8> {
+    let b = PacketBuilder::ethernet2(mac.0, mac.1)
+        .ipv4(src, dst, 64)
+        .tcp(sport, dport, seq, 65535);
+    let b = match kind {
+        Tcp::Syn => b.syn(),
+        Tcp::SynAck(ack) => b.syn().ack(ack),
+        Tcp::Ack(ack) => b.ack(ack),
+        Tcp::Rst(ack) => b.rst().ack(ack),
+    };
+    let mut f = Vec::new();
+    b.write(&mut f, payload).expect("build");
+    f
 }
