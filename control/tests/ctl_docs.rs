@@ -18,9 +18,9 @@ use std::net::IpAddr;
 
 use ferrule_control::acl::{parse_apply, AclManager};
 use ferrule_control::api::{
-    self, acl_method, neigh_method, route_method, trace_method, vpc_method, NeighAdd, NeighDel,
-    NeighDump, NetworkFilter, PortsList, RouteAdd, RouteDel, RouteDump, Stats, TraceDump,
-    TraceResult, TraceRun, TraceStart, VersionInfo,
+    self, acl_method, ct_method, nat_method, neigh_method, route_method, trace_method, vpc_method,
+    NeighAdd, NeighDel, NeighDump, NetworkFilter, PortsList, RouteAdd, RouteDel, RouteDump, Stats,
+    TraceDump, TraceResult, TraceRun, TraceStart, VersionInfo,
 };
 use ferrule_control::config::{parse_mac, Config, IpCidr, EMBEDDED_DEFAULT};
 use ferrule_control::ctl::drop_reason_description;
@@ -35,7 +35,7 @@ use serde_json::{json, Value};
 
 const DOC: &str = include_str!("../../docs/control-protocol.md");
 
-const METHODS: [&str; 14] = [
+const METHODS: [&str; 18] = [
     route_method::ADD,
     route_method::DEL,
     route_method::DUMP,
@@ -50,6 +50,10 @@ const METHODS: [&str; 14] = [
     acl_method::CLEAR_COUNTERS,
     vpc_method::SYNC,
     vpc_method::SHOW,
+    ct_method::DUMP,
+    ct_method::FLUSH,
+    ct_method::STATS,
+    nat_method::DUMP,
 ];
 
 /// The text of the doc from `start` up to the next line that starts with `end`.
@@ -162,7 +166,10 @@ fn examples_match_the_api_types() {
                 acl_method::DUMP => check_params::<api::AclDumpParams>(name, &params),
                 acl_method::CLEAR_COUNTERS => check_params::<api::AclClearParams>(name, &params),
                 vpc_method::SYNC => check_params::<api::VpcSync>(name, &params),
-                vpc_method::SHOW => assert!(params.is_null(), "{message}"),
+                vpc_method::SHOW | ct_method::STATS => assert!(params.is_null(), "{message}"),
+                ct_method::DUMP | ct_method::FLUSH | nat_method::DUMP => {
+                    check_params::<api::CtFilterParams>(name, &params)
+                }
                 _ => unreachable!("checked above"),
             }
             requested.push(method.clone());
@@ -200,6 +207,29 @@ fn examples_match_the_api_types() {
                 }
                 vpc_method::SYNC | vpc_method::SHOW => {
                     check_result::<api::VpcState>(&method, result);
+                }
+                ct_method::DUMP => {
+                    check_result::<api::CtDump>(&method, result);
+                }
+                ct_method::FLUSH => {
+                    check_result::<api::CtFlushed>(&method, result);
+                }
+                ct_method::STATS => {
+                    let stats: api::CtStatsResult = check_result(&method, result);
+                    let reasons: Vec<&str> =
+                        stats.drops.iter().map(|d| d.reason.as_str()).collect();
+                    assert_eq!(
+                        reasons,
+                        [
+                            "ct-invalid",
+                            "ct-table-full",
+                            "snat-ports-exhausted",
+                            "handoff-full"
+                        ]
+                    );
+                }
+                nat_method::DUMP => {
+                    check_result::<api::NatDump>(&method, result);
                 }
                 _ => unreachable!("checked above"),
             }
@@ -604,7 +634,7 @@ fn acl_examples_are_what_the_daemon_does() {
 fn vpc_examples_are_what_the_daemon_does() {
     let fib = example_fib();
     let mut state = ferrule_control::vpc::state(fib.snat());
-    for (request, response) in exchanges(section("### `vpc.sync`", "## Drop reasons")) {
+    for (request, response) in exchanges(section("### `vpc.sync`", "### `ct.dump`")) {
         let params = request.get("params").cloned().unwrap_or(Value::Null);
         let outcome = match request["method"].as_str() {
             Some(vpc_method::SYNC) => parse_params::<api::VpcSync>(&params).and_then(|spec| {
