@@ -5,8 +5,9 @@
 # their gateway, each other and the uplink's next hop, over IPv4 and IPv6; a TTL of 1
 # comes back as ICMP time exceeded from the gateway. Then it shows routes, neighbours,
 # and traces; applies configs/acl-example.yaml (pod-b accepts only TCP 80), checks that
-# pod-a's ping to pod-b is now denied and counted, removes the ACLs again; shows the
-# counters, stops ferruled with SIGTERM and checks it left nothing behind.
+# pod-a's ping to pod-b is now denied and counted, removes the ACLs again; turns on
+# source NAT and pings an address beyond the router masqueraded; shows the counters,
+# stops ferruled with SIGTERM and checks it left nothing behind.
 # Exits non-zero if any step fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -83,6 +84,15 @@ ctl trace --in-port pod-a --proto tcp --src 10.1.0.2:40000 --dst 10.1.0.3:80 --t
 echo; echo "\$ printf 'tables: []\\n' | ferrulectl acl apply -f -   # remove every table"
 printf 'tables: []\n' | "$FERRULECTL" --socket "$sock" acl apply -f -
 ping_from pa 10.1.0.3               # pod-a -> pod-b again
+
+# Source NAT: the router gets an "internet" address and no route back to the pods;
+# pod-a's pings reach it only masqueraded to the node IP.
+ip netns exec "$topo-rt" ip addr add 203.0.113.1/32 dev lo
+ip netns exec "$topo-rt" ip route del 10.1.0.0/16
+ctl vpc set --node-ip 192.0.2.10 --vpc-cidr 192.0.2.0/24 --vpc-cidr 10.1.0.0/16
+ping_from pa 203.0.113.1            # masqueraded to 192.0.2.10, replies translated back
+ctl nat dump
+ctl ct dump --proto icmp
 ctl stats
 
 echo
