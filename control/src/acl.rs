@@ -457,6 +457,12 @@ impl AclManager {
         &self.ports
     }
 
+    /// Replaces the port names and roles (ports added or removed at run time; an
+    /// empty name is a free slot, which no attachment can name).
+    pub fn set_ports(&mut self, ports: Vec<(String, PortRole)>) {
+        self.ports = ports;
+    }
+
     /// Returns slots of generations nobody holds any more to the free list, oldest
     /// first (a slot given up later may still be counted by an older generation).
     pub fn reclaim(&mut self) {

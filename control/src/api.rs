@@ -104,7 +104,82 @@ pub struct PortInfo {
     pub rx_queues: u16,
     /// Where the static cross-connect sends this port's traffic, if anywhere.
     pub xconnect: Option<String>,
+    /// Pod ports: the pod behind the port, `namespace/name`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    /// Pod ports: the gateway address the pod routes through (Ferrule's, IPv4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway_ip: Option<String>,
+    /// Pod ports: the MAC that gateway answers with (the port's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway_mac: Option<String>,
+    /// vhost-user ports: the socket and whether Ferrule serves it or connects to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vhost_user: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vhost_mode: Option<String>,
     pub counters: PortCounters,
+}
+
+/// Port methods' names.
+pub mod port_method {
+    /// Attach a port at run time.
+    pub const ADD: &str = "port.add";
+    /// Detach a port at run time.
+    pub const DEL: &str = "port.del";
+}
+
+/// Params of `port.add`: exactly one of `vhost_user` and `devargs`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct PortAdd {
+    pub name: String,
+    /// A vhost-user socket path: the pod is a virtio device on it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vhost_user: Option<String>,
+    /// vhost-user: `server` (default: Ferrule creates the socket) or `client`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// Queue pairs (vhost-user) or receive queues (devargs); default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queues: Option<u16>,
+    /// Any other DPDK device, as devargs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub devargs: Option<String>,
+    /// Default `pod`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<PortRole>,
+    /// Default `default`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<String>,
+    /// Pod ports: the pod's addresses (`ADDR` or `ADDR/32`, `ADDR/128`); uplink and
+    /// host ports: Ferrule's own addresses with their subnet (`ADDR/LEN`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ips: Vec<String>,
+    /// Pod ports: the pod's MAC (required); others: Ferrule's MAC on the port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac: Option<String>,
+    /// Pod ports: `namespace/name` of the pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    /// Default 1500.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<u16>,
+}
+
+/// Params of `port.del`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct PortDel {
+    pub name: String,
+}
+
+/// Result of `port.del`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PortDeleted {
+    pub name: String,
+    /// Mbufs out of the pool after the port's were released.
+    pub mbufs_in_use: u32,
 }
 
 /// Result of `ports.list`.
@@ -164,6 +239,12 @@ pub struct Stats {
     pub ports: Vec<PortStats>,
     /// Sums over all workers.
     pub totals: Totals,
+    /// Mbufs in the packet pool.
+    #[serde(default)]
+    pub mbufs: u32,
+    /// Mbufs out of the pool now (receive rings, in flight, held).
+    #[serde(default)]
+    pub mbufs_in_use: u32,
 }
 
 /// Per-port entry of `stats.get`.

@@ -138,6 +138,20 @@ pub struct PortConfig {
     /// their subnets; each subnet is a connected route and Ferrule answers ARP/ND for
     /// the address.
     pub addresses: Vec<IpCidr>,
+    /// Pod ports: the Kubernetes pod behind the port, `namespace/name`.
+    pub pod: Option<String>,
+}
+
+/// Whether `text` names a pod as `namespace/name` (DNS-1123 labels).
+pub fn valid_pod_ref(text: &str) -> bool {
+    let label = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 253
+            && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+            && !s.starts_with('-')
+            && !s.ends_with('-')
+    };
+    matches!(text.split_once('/'), Some((ns, name)) if label(ns) && label(name))
 }
 
 /// An address with a prefix length, e.g. `192.0.2.10/24`.
@@ -571,6 +585,8 @@ struct RawPort {
     pod_mac: Option<Spanned<String>>,
     #[serde(default)]
     addresses: Option<Spanned<Vec<String>>>,
+    #[serde(default)]
+    pod: Option<Spanned<String>>,
 }
 
 fn default_mtu() -> Spanned<u16> {
@@ -768,6 +784,17 @@ impl RawConfig {
                     format!("device {dev_name:?} is also used by port[{j}]"),
                 ));
             }
+            let pod = match &p.pod {
+                None => None,
+                Some(v) if valid_pod_ref(v.get_ref()) => Some(v.get_ref().clone()),
+                Some(v) => {
+                    return Err(ctx.err(
+                        v.span(),
+                        &key("pod"),
+                        format!("{:?} is not NAMESPACE/NAME", v.get_ref()),
+                    ))
+                }
+            };
             let mac = match &p.mac {
                 None => None,
                 Some(m) => match parse_mac(m.get_ref()) {
@@ -804,6 +831,7 @@ impl RawConfig {
                 pod_ips,
                 pod_mac,
                 addresses,
+                pod,
             });
         }
         for (i, p) in self.port.iter().enumerate() {

@@ -26,6 +26,7 @@ use crate::table::Table;
 
 pub mod acl;
 pub mod ct;
+pub mod port;
 pub mod vpc;
 
 const LONG_ABOUT: &str = "\
@@ -40,6 +41,10 @@ const AFTER_HELP: &str = "\
 Examples:
   ferrulectl ports                          Ports with link state and counters
   ferrulectl stats                          Worker, port and drop-reason counters
+  ferrulectl port add pod-c --vhost-user /run/ferrule/pod-c.sock --ip 10.1.0.4 \\
+      --mac 02:00:00:0a:01:04 --pod default/web-1
+                                            Attach a pod over vhost-user
+  ferrulectl port del pod-c                 Detach it
   ferrulectl route add 0.0.0.0/0 --port uplink0 --via 192.0.2.1
   ferrulectl route add 198.51.100.0/24 --blackhole --network blue
   ferrulectl route dump                     Routes of every network
@@ -118,6 +123,13 @@ Ferrule's workers (summed over workers). DROPS counts packets received on the po
 Ferrule dropped, for any reason; `ferrulectl stats` breaks drops down by reason.")]
     Ports,
 
+    /// Attach or detach a port (a vhost-user pod or any DPDK device) at run time.
+    #[command(long_about = port::PORT_LONG_ABOUT)]
+    Port {
+        #[command(subcommand)]
+        command: port::PortCommand,
+    },
+
     /// Show uptime, per-worker, per-port and per-drop-reason counters.
     #[command(long_about = "\
 Show the daemon's uptime, then three tables: one line per worker lcore (the queues it
@@ -168,6 +180,7 @@ count, like `vppctl show errors`.")]
         #[command(subcommand)]
         command: vpc::VpcCommand,
     },
+
 
     /// Trace a synthetic packet through the pipeline, or capture real ones.
     // Not `args_conflicts_with_subcommands`: it would refuse the global options too
@@ -580,6 +593,7 @@ pub fn run(cli: &Cli, out: &mut dyn Write) -> Result<(), CtlError> {
         Command::Version => version(&mut ctx),
         Command::Ports => ctx.query::<PortsList>(method::PORTS_LIST, Value::Null, render_ports),
         Command::Stats => ctx.query::<Stats>(method::STATS_GET, Value::Null, render_stats),
+        Command::Port { ref command } => port::run(&mut ctx, command),
         Command::Route { ref command } => route(&mut ctx, command),
         Command::Neigh { ref command } => neigh(&mut ctx, command),
         Command::Acl { ref command } => acl::run(&mut ctx, command),
@@ -858,7 +872,36 @@ pub fn render_ports(list: &PortsList) -> String {
             c.drops.to_string(),
         ]);
     }
-    table.to_string()
+    let mut out = table.to_string();
+    let pods: Vec<&crate::api::PortInfo> = list
+        .ports
+        .iter()
+        .filter(|p| p.pod.is_some() || p.vhost_user.is_some() || p.gateway_ip.is_some())
+        .collect();
+    if !pods.is_empty() {
+        let mut t = Table::new([
+            "NAME",
+            "POD",
+            "GATEWAY-IP",
+            "GATEWAY-MAC",
+            "VHOST-USER",
+            "MODE",
+        ]);
+        for p in pods {
+            let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".to_string());
+            t.row([
+                p.name.clone(),
+                dash(&p.pod),
+                dash(&p.gateway_ip),
+                dash(&p.gateway_mac),
+                dash(&p.vhost_user),
+                dash(&p.vhost_mode),
+            ]);
+        }
+        out.push('\n');
+        out.push_str(&t.to_string());
+    }
+    out
 }
 
 /// `ferrulectl stats`.
@@ -1327,6 +1370,11 @@ mod tests {
             mtu: 1500,
             rx_queues: 2,
             xconnect: xconnect.map(str::to_string),
+            pod: None,
+            gateway_ip: None,
+            gateway_mac: None,
+            vhost_user: None,
+            vhost_mode: None,
             counters: PortCounters {
                 rx_packets: 1_000_000 * u64::from(id + 1),
                 rx_bytes: 64_000_000,
@@ -1367,6 +1415,8 @@ mod tests {
     #[test]
     fn stats_tables() {
         let stats = Stats {
+            mbufs: 16383,
+            mbufs_in_use: 1024,
             uptime_secs: 3725.5,
             workers: vec![WorkerStats {
                 worker: 0,
@@ -1435,6 +1485,8 @@ mod tests {
     #[test]
     fn stats_without_drops() {
         let stats = Stats {
+            mbufs: 0,
+            mbufs_in_use: 0,
             uptime_secs: 1.0,
             workers: vec![],
             ports: vec![],

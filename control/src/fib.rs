@@ -3,10 +3,10 @@
 //! static and learned neighbours, and the ports — validated here, compiled into an
 //! immutable dataplane [`Snapshot`] on every change.
 
-use crate::config::{Config, IpCidr, RouteTarget};
+use crate::config::{Config, IpCidr, PortConfig, RouteTarget};
 use ferrule_dataplane::acl::table::AclTables;
-use ferrule_dataplane::nat::SnatPolicy;
 use ferrule_dataplane::lpm::{Lpm4, Lpm6, NextHop};
+use ferrule_dataplane::nat::SnatPolicy;
 use ferrule_dataplane::snapshot::{Neighbor, Network, NextHopEntry, PortRole, PortState, Snapshot};
 use ferrule_dataplane::wire::EthernetAddress;
 use rustc_hash::FxHashMap;
@@ -157,47 +157,6 @@ impl Fib {
                 .position(|n| n.name == name)
                 .unwrap_or(0)
         };
-        let ports: Vec<PortState> = cfg
-            .ports
-            .iter()
-            .enumerate()
-            .map(|(i, p)| {
-                let network = net_of(&p.network);
-                let net = &cfg.networks[network];
-                let role = match p.role {
-                    crate::api::PortRole::Uplink => PortRole::Uplink,
-                    crate::api::PortRole::Pod => PortRole::Pod,
-                    crate::api::PortRole::Host => PortRole::Host,
-                };
-                let (mut local_v4, mut local_v6) = (Vec::new(), Vec::new());
-                if role == PortRole::Pod {
-                    local_v4.push(net.gateway_v4);
-                    local_v6.push(net.gateway_v6);
-                }
-                for a in &p.addresses {
-                    match a.addr {
-                        IpAddr::V4(x) => local_v4.push(x),
-                        IpAddr::V6(x) => local_v6.push(x),
-                    }
-                }
-                PortState {
-                    name: p.name.clone(),
-                    dpdk_id: dpdk_ids.get(i).copied().unwrap_or(i as u16),
-                    role,
-                    network: network as u16,
-                    mac: EthernetAddress(p.mac.or_else(|| macs.get(i).copied()).unwrap_or([0; 6])),
-                    mtu: p.mtu,
-                    pod_mac: p.pod_mac.map(EthernetAddress),
-                    local_v4,
-                    local_v6,
-                    xconnect: p
-                        .xconnect
-                        .as_deref()
-                        .and_then(|x| cfg.ports.iter().position(|q| q.name == x))
-                        .map(|x| x as u16),
-                }
-            })
-            .collect();
         let nets = cfg
             .networks
             .iter()
@@ -211,7 +170,7 @@ impl Fib {
             })
             .collect();
         let mut fib = Fib {
-            ports,
+            ports: Vec::with_capacity(cfg.ports.len()),
             nets,
             next_hops: NextHops::default(),
             neighbors: BTreeMap::new(),
@@ -220,50 +179,21 @@ impl Fib {
             generation: 0,
         };
         for (i, p) in cfg.ports.iter().enumerate() {
-            let net = fib.ports[i].network;
-            let port = i as u16;
-            for ip in &p.pod_ips {
-                let host = IpCidr {
-                    addr: *ip,
-                    len: if ip.is_ipv4() { 32 } else { 128 },
-                };
-                let entry = NextHopEntry::Port { port, via: None };
-                fib.insert(
-                    net,
-                    host,
-                    Route {
-                        entry,
-                        source: RouteSource::Pod,
-                    },
-                )?;
-            }
-            for a in &p.addresses {
-                let subnet = IpCidr {
-                    addr: a.network(),
-                    len: a.len,
-                };
-                let entry = NextHopEntry::Port { port, via: None };
-                fib.insert(
-                    net,
-                    subnet,
-                    Route {
-                        entry,
-                        source: RouteSource::Connected,
-                    },
-                )?;
-                let host = IpCidr {
-                    addr: a.addr,
-                    len: if a.addr.is_ipv4() { 32 } else { 128 },
-                };
-                fib.insert(
-                    net,
-                    host,
-                    Route {
-                        entry: NextHopEntry::Local,
-                        source: RouteSource::Local,
-                    },
-                )?;
-            }
+            let xconnect = p
+                .xconnect
+                .as_deref()
+                .and_then(|x| cfg.ports.iter().position(|q| q.name == x))
+                .map(|x| x as u16);
+            let mac = p.mac.or_else(|| macs.get(i).copied()).unwrap_or([0; 6]);
+            let state = fib.port_state(
+                p,
+                net_of(&p.network) as u16,
+                mac,
+                dpdk_ids.get(i).copied().unwrap_or(i as u16),
+                xconnect,
+            );
+            fib.ports.push(state);
+            fib.add_port_routes(i as u16, p)?;
         }
         for r in &cfg.routes {
             let entry = match r.target {
@@ -292,6 +222,170 @@ impl Fib {
             );
         }
         Ok(fib)
+    }
+
+    /// The forwarding view of a port: Ferrule's own addresses on it (the network's
+    /// gateway on pod ports, plus the configured ones), its MAC and MTU.
+    fn port_state(
+        &self,
+        p: &PortConfig,
+        network: u16,
+        mac: [u8; 6],
+        dpdk_id: u16,
+        xconnect: Option<u16>,
+    ) -> PortState {
+        let role = match p.role {
+            crate::api::PortRole::Uplink => PortRole::Uplink,
+            crate::api::PortRole::Pod => PortRole::Pod,
+            crate::api::PortRole::Host => PortRole::Host,
+        };
+        let (mut local_v4, mut local_v6) = (Vec::new(), Vec::new());
+        if let (PortRole::Pod, Some(net)) = (role, self.nets.get(usize::from(network))) {
+            local_v4.push(net.gateway_v4);
+            local_v6.push(net.gateway_v6);
+        }
+        for a in &p.addresses {
+            match a.addr {
+                IpAddr::V4(x) => local_v4.push(x),
+                IpAddr::V6(x) => local_v6.push(x),
+            }
+        }
+        PortState {
+            name: p.name.clone(),
+            dpdk_id,
+            role,
+            network,
+            mac: EthernetAddress(mac),
+            mtu: p.mtu,
+            pod_mac: p.pod_mac.map(EthernetAddress),
+            local_v4,
+            local_v6,
+            xconnect,
+        }
+    }
+
+    /// The routes a port brings: a host route per pod address, and per own address
+    /// its subnet (connected) and itself (local).
+    fn add_port_routes(&mut self, port: u16, p: &PortConfig) -> Result<(), FibError> {
+        let net = self.ports[usize::from(port)].network;
+        for ip in &p.pod_ips {
+            let host = IpCidr {
+                addr: *ip,
+                len: if ip.is_ipv4() { 32 } else { 128 },
+            };
+            let entry = NextHopEntry::Port { port, via: None };
+            self.insert(
+                net,
+                host,
+                Route {
+                    entry,
+                    source: RouteSource::Pod,
+                },
+            )?;
+        }
+        for a in &p.addresses {
+            let subnet = IpCidr {
+                addr: a.network(),
+                len: a.len,
+            };
+            let entry = NextHopEntry::Port { port, via: None };
+            self.insert(
+                net,
+                subnet,
+                Route {
+                    entry,
+                    source: RouteSource::Connected,
+                },
+            )?;
+            let host = IpCidr {
+                addr: a.addr,
+                len: if a.addr.is_ipv4() { 32 } else { 128 },
+            };
+            self.insert(
+                net,
+                host,
+                Route {
+                    entry: NextHopEntry::Local,
+                    source: RouteSource::Local,
+                },
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Adds a port at run time in slot `index` (a free one, or the next), with its
+    /// routes. On error nothing changes.
+    pub fn add_port(
+        &mut self,
+        index: u16,
+        p: &PortConfig,
+        network: u16,
+        mac: [u8; 6],
+        dpdk_id: u16,
+    ) -> Result<(), FibError> {
+        let i = usize::from(index);
+        if i > self.ports.len() || (i < self.ports.len() && !self.ports[i].name.is_empty()) {
+            return Err(err("name", format!("port slot {index} is taken")));
+        }
+        let saved = self.clone();
+        let state = self.port_state(p, network, mac, dpdk_id, None);
+        if i == self.ports.len() {
+            self.ports.push(state);
+        } else {
+            self.ports[i] = state;
+        }
+        if let Err(e) = self.add_port_routes(index, p) {
+            *self = saved;
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Removes a port at run time: every route through it (whatever their source), its
+    /// local addresses and the neighbours learned on it go; its slot is left empty
+    /// (an empty name) for a later port.
+    pub fn remove_port(&mut self, index: u16) {
+        let Some(state) = self.ports.get(usize::from(index)).cloned() else {
+            return;
+        };
+        let net = state.network;
+        let own: Vec<IpAddr> = state
+            .local_v4
+            .iter()
+            .map(|a| IpAddr::V4(*a))
+            .chain(state.local_v6.iter().map(|a| IpAddr::V6(*a)))
+            .collect();
+        for n in 0..self.nets.len() {
+            let doomed: Vec<(IpAddr, u8)> = self.nets[n]
+                .routes
+                .iter()
+                .filter(|(key, (route, _))| match route.entry {
+                    NextHopEntry::Port { port, .. } => port == index,
+                    NextHopEntry::Local => {
+                        n == usize::from(net) && own.contains(&key.0) && state.role != PortRole::Pod
+                    }
+                    NextHopEntry::Blackhole => false,
+                })
+                .map(|(key, _)| *key)
+                .collect();
+            for (addr, len) in doomed {
+                self.remove_route_key(n as u16, (addr, len));
+            }
+        }
+        self.neighbors.retain(|_, nb| nb.port != index);
+        let placeholder = PortState {
+            name: String::new(),
+            dpdk_id: 0,
+            role: PortRole::Host,
+            network: 0,
+            mac: EthernetAddress([0; 6]),
+            mtu: 0,
+            pod_mac: None,
+            local_v4: Vec::new(),
+            local_v6: Vec::new(),
+            xconnect: None,
+        };
+        self.ports[usize::from(index)] = placeholder;
     }
 
     fn insert(&mut self, net: u16, prefix: IpCidr, route: Route) -> Result<(), FibError> {
@@ -401,15 +495,23 @@ impl Fib {
                 ),
             )),
             Some(_) => {
-                match key.0 {
-                    IpAddr::V4(a) => Arc::make_mut(&mut n.lpm4).remove(a, key.1),
-                    IpAddr::V6(a) => Arc::make_mut(&mut n.lpm6).remove(a, key.1),
-                };
-                if let Some((_, nh)) = n.routes.remove(&key) {
-                    self.next_hops.release(nh);
-                }
+                self.remove_route_key(net, key);
                 Ok(())
             }
+        }
+    }
+
+    /// Removes the route with exactly this key, whatever its source.
+    fn remove_route_key(&mut self, net: u16, key: (IpAddr, u8)) {
+        let Some(n) = self.nets.get_mut(usize::from(net)) else {
+            return;
+        };
+        match key.0 {
+            IpAddr::V4(a) => Arc::make_mut(&mut n.lpm4).remove(a, key.1),
+            IpAddr::V6(a) => Arc::make_mut(&mut n.lpm6).remove(a, key.1),
+        };
+        if let Some((_, nh)) = n.routes.remove(&key) {
+            self.next_hops.release(nh);
         }
     }
 

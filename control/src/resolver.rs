@@ -70,6 +70,25 @@ impl Resolver {
     }
 
     /// Whether `key` is being resolved.
+    /// Gives up every resolution out of `port` (the port is going away); returns the
+    /// packets that were held for them.
+    pub fn forget_port(&mut self, port: u16) -> Vec<Mbuf> {
+        let keys: Vec<(u16, IpAddr)> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.port == port)
+            .map(|(k, _)| *k)
+            .collect();
+        let mut held = Vec::new();
+        for k in keys {
+            if let Some(p) = self.pending.remove(&k) {
+                self.held_total -= p.held.len();
+                held.extend(p.held);
+            }
+        }
+        held
+    }
+
     pub fn is_pending(&self, key: (u16, IpAddr)) -> bool {
         self.pending.contains_key(&key)
     }

@@ -154,6 +154,17 @@ pub struct PortTotals {
 }
 
 impl PortTotals {
+    /// These counts minus `base` (what a reused port slot had counted before).
+    pub fn since(&self, base: &PortTotals) -> PortTotals {
+        PortTotals {
+            rx_packets: self.rx_packets.wrapping_sub(base.rx_packets),
+            rx_bytes: self.rx_bytes.wrapping_sub(base.rx_bytes),
+            tx_packets: self.tx_packets.wrapping_sub(base.tx_packets),
+            tx_bytes: self.tx_bytes.wrapping_sub(base.tx_bytes),
+            drops: self.drops.wrapping_sub(base.drops),
+        }
+    }
+
     /// Adds one worker's counters.
     pub fn accumulate(&mut self, c: &PortCounters) {
         self.rx_packets += c.rx_packets.get();

@@ -86,6 +86,13 @@ pub struct Shared {
     pub inject: ArrayQueue<InjectItem>,
     /// Per worker, packets of connections it owns that another worker received.
     handoff: Vec<ArrayQueue<HandoffItem>>,
+    /// Per worker, the receive queues it polls (empty until the control thread sets
+    /// them: then each worker polls its plan's). Replaced as a whole when ports are
+    /// added or removed.
+    jobs: ArcSwap<Vec<Vec<RxJob>>>,
+    /// Per worker, poll rounds completed: the control thread waits for every worker
+    /// to move on before it tears down a port the workers may still be using.
+    epochs: Vec<AtomicU64>,
     /// Per worker, requests about its connection table, and all the answers.
     ct_requests: Vec<ArrayQueue<CtRequest>>,
     ct_replies: ArrayQueue<CtReply>,
@@ -119,6 +126,8 @@ impl Shared {
             handoff: (0..workers)
                 .map(|_| ArrayQueue::new(HANDOFF_QUEUE))
                 .collect(),
+            jobs: ArcSwap::from_pointee(Vec::new()),
+            epochs: (0..workers).map(|_| AtomicU64::new(0)).collect(),
             ct_requests: (0..workers).map(|_| ArrayQueue::new(4)).collect(),
             ct_replies: ArrayQueue::new(workers * 4),
             trace_port: AtomicU32::new(0),
@@ -192,6 +201,38 @@ impl Shared {
             .is_ok()
     }
 
+    /// Replaces every worker's receive queues (index = worker).
+    pub fn set_jobs(&self, jobs: Vec<Vec<RxJob>>) {
+        self.jobs.store(std::sync::Arc::new(jobs));
+    }
+
+    /// The receive queues each worker polls, as last set.
+    pub fn jobs(&self) -> Vec<Vec<RxJob>> {
+        self.jobs.load().as_ref().clone()
+    }
+
+    /// Waits until every worker has finished two poll rounds since the call (so none
+    /// still uses a queue or a port the caller just took out of the job table and the
+    /// link table), or `timeout`. False on timeout.
+    pub fn wait_quiescent(&self, timeout: Duration) -> bool {
+        let start: Vec<u64> = self.epochs.iter().map(|e| e.load(Ordering::Acquire)).collect();
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let done = self
+                .epochs
+                .iter()
+                .zip(&start)
+                .all(|(e, s)| e.load(Ordering::Acquire) >= s + 2);
+            if done || !self.is_running() {
+                return true;
+            }
+            if std::time::Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+
     /// Sends `request` to every worker and collects their answers, waiting up to
     /// `timeout` (control thread). `None` when a worker did not answer in time.
     pub fn ask_workers(&self, request: &CtRequest, timeout: Duration) -> Option<Vec<CtReply>> {
@@ -255,14 +296,6 @@ struct Ctx<'a> {
 
 /// Runs the poll loop until `shared.stop()`; returns 0.
 pub fn run(plan: &WorkerPlan, shared: &Shared, counters: &WorkerCounters, pool: &Mempool) -> i32 {
-    if plan.jobs.is_empty() {
-        tracing::info!(
-            worker = plan.worker,
-            lcore = plan.lcore,
-            "worker has no receive queues; idle"
-        );
-        return 0;
-    }
     let burst_size = plan.burst_size.clamp(1, MAX_BURST as u16);
     let mut ctx = Ctx {
         plan,
@@ -284,19 +317,22 @@ pub fn run(plan: &WorkerPlan, shared: &Shared, counters: &WorkerCounters, pool: 
     };
     let mut burst = Burst::new();
     let mut idle_polls = 0u32;
-    tracing::info!(
-        worker = plan.worker,
-        lcore = plan.lcore,
-        queues = plan.jobs.len(),
-        "worker polling"
-    );
+    tracing::info!(worker = plan.worker, lcore = plan.lcore, "worker polling");
     while shared.is_running() {
         // The snapshot is loaded once per round, and only when a packet needs it.
         let mut snap = None;
         let mut rx_total = 0u64;
         let mut tx_total = 0u64;
         ctx.ct.now = ctx.started.elapsed().as_millis() as u64;
-        for job in &plan.jobs {
+        // The queues to poll: the control thread's table once it set one (ports come
+        // and go at run time), the plan's until then.
+        let table = shared.jobs.load();
+        let jobs: &[RxJob] = if table.is_empty() {
+            &plan.jobs
+        } else {
+            table.get(plan.worker).map_or(&[], Vec::as_slice)
+        };
+        for job in jobs {
             let n = burst.rx(job.port, job.queue, burst_size) as u64;
             if n == 0 {
                 continue;
@@ -328,6 +364,11 @@ pub fn run(plan: &WorkerPlan, shared: &Shared, counters: &WorkerCounters, pool: 
             tx_total += ctx.inject();
         }
         counters.polls.add(1);
+        shared.epochs[plan.worker].fetch_add(1, Ordering::Release);
+        if jobs.is_empty() && shared.handoff[plan.worker].is_empty() {
+            // Nothing to poll (yet): do not spin a core for it.
+            std::thread::sleep(Duration::from_micros(200));
+        }
         if tx_total > 0 {
             counters.tx_packets.add(tx_total);
         }

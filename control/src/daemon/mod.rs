@@ -6,13 +6,14 @@
 
 mod acl;
 mod ct;
+mod ports;
 mod punt;
 mod routes;
 mod trace;
 mod vpc;
 
 use crate::acl::AclManager;
-use crate::api::{self, PortInfo, PortsList, Stats, VersionInfo};
+use crate::api::{self, PortsList, Stats, VersionInfo};
 use crate::config::{format_mac, Config, PortConfig};
 use crate::fib::Fib;
 use crate::resolver::Resolver;
@@ -76,6 +77,10 @@ struct PortRuntime {
     cfg: PortConfig,
     eth: EthPort,
     link_up: bool,
+    /// Counters the port's slot had when it was added (slots are reused).
+    baseline: PortTotals,
+    /// For vhost-user ports added at run time: the socket and the mode.
+    vhost: Option<(std::path::PathBuf, ports::VhostMode)>,
 }
 
 struct WorkerRuntime {
@@ -108,7 +113,10 @@ pub struct Daemon {
     last_aging: Instant,
     /// When each learned neighbour was last asked again (at most once a second).
     refreshed: std::collections::HashMap<(u16, std::net::IpAddr), Instant>,
-    ports: Vec<PortRuntime>,
+    /// By port index; `None` for a slot whose port was removed.
+    ports: Vec<Option<PortRuntime>>,
+    /// `[dataplane]`, for ports added at run time.
+    dataplane: crate::config::DataplaneSection,
     pool: Arc<Mempool>,
     eal: Eal,
     started: Instant,
@@ -161,6 +169,45 @@ pub fn mbuf_data_room(cfg: &Config) -> u16 {
     let room = need.max(u32::from(dpdk::mempool::DEFAULT_DATA_ROOM));
     // Round up to a cache line; MTU is validated ≤ 9600, so this fits in u16.
     u16::try_from(room.div_ceil(64) * 64).unwrap_or(u16::MAX)
+}
+
+/// Probes (hot-plugs) a port's device, configures one receive queue per configured
+/// queue and one transmit queue per worker, and starts it.
+fn start_port(
+    p: &PortConfig,
+    n_workers: u16,
+    dp: &crate::config::DataplaneSection,
+    pool: &Mempool,
+) -> Result<EthPort, DpdkError> {
+    let mut eth = EthPort::probe(&p.devargs)?;
+    // One transmit queue per worker; the control thread sends through worker 0.
+    let (_, max_txq) = eth.max_queues();
+    if max_txq < n_workers {
+        return Err(DpdkError::new(
+            format!(
+                "the driver offers {max_txq} transmit queues; {n_workers} workers need one each"
+            ),
+            22,
+        ));
+    }
+    let conf = PortConf {
+        rx_queues: p.rx_queues,
+        tx_queues: n_workers,
+        rx_desc: dp.rx_desc,
+        tx_desc: dp.tx_desc,
+        mtu: Some(p.mtu),
+        mac: p.mac,
+        promiscuous: true,
+    };
+    eth.configure(&conf, pool)?;
+    eth.start()?;
+    let link = eth.link();
+    tracing::info!(
+        port = %p.name, devargs = %p.devargs, role = %p.role, id = eth.id(),
+        driver = %eth.driver(), mac = %format_mac(&eth.mac()), link_up = link.up,
+        "port started"
+    );
+    Ok(eth)
 }
 
 /// Spreads every port's receive queues over the workers, round-robin in configuration
@@ -246,41 +293,20 @@ impl Daemon {
         let n_workers = worker_lcores.len().max(1) as u16;
         let mut ports = Vec::with_capacity(cfg.ports.len());
         for p in &cfg.ports {
-            let port_err = |err| StartError::Port {
-                name: p.name.clone(),
-                devargs: p.devargs.clone(),
-                err,
-            };
-            let mut eth = EthPort::probe(&p.devargs).map_err(port_err)?;
-            // One transmit queue per worker; the control thread sends through worker 0.
-            let (_, max_txq) = eth.max_queues();
-            if max_txq < n_workers {
-                return Err(port_err(DpdkError::new(
-                    format!("the driver offers {max_txq} transmit queues; {n_workers} workers need one each"),
-                    22,
-                )));
-            }
-            let conf = PortConf {
-                rx_queues: p.rx_queues,
-                tx_queues: n_workers,
-                rx_desc: cfg.dataplane.rx_desc,
-                tx_desc: cfg.dataplane.tx_desc,
-                mtu: Some(p.mtu),
-                mac: p.mac,
-                promiscuous: true,
-            };
-            eth.configure(&conf, &pool).map_err(port_err)?;
-            eth.start().map_err(port_err)?;
+            let eth = start_port(p, n_workers, &cfg.dataplane, &pool).map_err(|err| {
+                StartError::Port {
+                    name: p.name.clone(),
+                    devargs: p.devargs.clone(),
+                    err,
+                }
+            })?;
             let link = eth.link();
-            tracing::info!(
-                port = %p.name, devargs = %p.devargs, role = %p.role, id = eth.id(),
-                driver = %eth.driver(), mac = %format_mac(&eth.mac()), link_up = link.up,
-                "port started"
-            );
             ports.push(PortRuntime {
                 cfg: p.clone(),
-                eth,
                 link_up: link.up,
+                eth,
+                baseline: PortTotals::default(),
+                vhost: None,
             });
         }
 
@@ -306,6 +332,8 @@ impl Daemon {
                 counters: Arc::new(WorkerCounters::default()),
             })
             .collect();
+        // The control thread owns the job table from now on (ports come and go).
+        shared.set_jobs(workers.iter().map(|w| w.plan.jobs.clone()).collect());
         let mut daemon = Daemon {
             shared,
             workers,
@@ -328,7 +356,8 @@ impl Daemon {
             last_link_poll: Instant::now(),
             last_aging: Instant::now(),
             refreshed: std::collections::HashMap::new(),
-            ports,
+            ports: ports.into_iter().map(Some).collect(),
+            dataplane: cfg.dataplane.clone(),
             pool,
             eal,
             started: Instant::now(),
@@ -390,8 +419,11 @@ impl Daemon {
     }
 
     fn port_counters(&self, index: usize) -> api::PortCounters {
-        let t = self.port_totals(index);
-        let hw = self.ports[index].eth.stats();
+        let Some(p) = self.ports.get(index).and_then(Option::as_ref) else {
+            return api::PortCounters::default();
+        };
+        let t = self.port_totals(index).since(&p.baseline);
+        let hw = p.eth.stats();
         api::PortCounters {
             rx_packets: t.rx_packets,
             rx_bytes: t.rx_bytes,
@@ -421,29 +453,20 @@ impl Daemon {
             .ports
             .iter()
             .enumerate()
-            .map(|(i, p)| {
-                let link = p.eth.link();
-                PortInfo {
-                    name: p.cfg.name.clone(),
-                    port_id: p.eth.id(),
-                    devargs: p.cfg.devargs.clone(),
-                    role: p.cfg.role,
-                    link: if link.up { "up" } else { "down" }.to_string(),
-                    speed_mbps: link.speed_mbps,
-                    mac: format_mac(&p.eth.mac()),
-                    mtu: p.eth.mtu(),
-                    rx_queues: p.cfg.rx_queues,
-                    xconnect: p.cfg.xconnect.clone(),
-                    counters: self.port_counters(i),
-                }
-            })
+            .filter_map(|(i, p)| Some((i, p.as_ref()?)))
+            .map(|(i, p)| self.port_info(i, p))
             .collect();
         PortsList { ports }
     }
 
     /// `stats.get`.
     pub fn stats(&self) -> Stats {
-        let names: Vec<&str> = self.ports.iter().map(|p| p.cfg.name.as_str()).collect();
+        let names: Vec<&str> = self
+            .ports
+            .iter()
+            .map(|p| p.as_ref().map_or("", |p| p.cfg.name.as_str()))
+            .collect();
+        let jobs = self.shared.jobs();
         let mut totals = api::Totals::default();
         let mut reasons: Vec<(String, u64)> = Vec::new();
         let control = (
@@ -456,11 +479,12 @@ impl Daemon {
             .workers
             .iter()
             .map(|w| {
-                let queues = w
-                    .plan
-                    .jobs
+                let queues = jobs
+                    .get(w.plan.worker)
+                    .map(Vec::as_slice)
+                    .unwrap_or_default()
                     .iter()
-                    .map(|j| format!("{}/{}", names[j.index], j.queue))
+                    .map(|j| format!("{}/{}", names.get(j.index).copied().unwrap_or("?"), j.queue))
                     .collect();
                 (w.plan.worker as u32, w.plan.lcore, queues, &*w.counters)
             })
@@ -505,6 +529,7 @@ impl Daemon {
             .map(|(reason, packets)| api::DropCount { reason, packets })
             .collect();
         let ports = (0..self.ports.len())
+            .filter(|&i| self.ports[i].is_some())
             .map(|i| api::PortStats {
                 name: names[i].to_string(),
                 counters: self.port_counters(i),
@@ -515,12 +540,15 @@ impl Daemon {
             workers,
             ports,
             totals,
+            mbufs: self.pool.size(),
+            mbufs_in_use: self.pool.in_use(),
         }
     }
 
     /// Reads every port's link and publishes changes to the workers.
     pub fn poll_links(&mut self) {
         for (i, p) in self.ports.iter_mut().enumerate() {
+            let Some(p) = p else { continue };
             let up = p.eth.link().up;
             if up != p.link_up {
                 p.link_up = up;
@@ -584,6 +612,8 @@ impl Service for Daemon {
             api::acl_method::CLEAR_COUNTERS => self.acl_clear(params),
             api::vpc_method::SYNC => self.vpc_sync(params),
             api::vpc_method::SHOW => self.vpc_show(params),
+            api::port_method::ADD => self.port_add(params),
+            api::port_method::DEL => self.port_del(params),
             api::ct_method::DUMP => self.ct_dump(params),
             api::ct_method::FLUSH => self.ct_flush(params),
             api::ct_method::STATS => self.ct_stats(params),
@@ -635,7 +665,7 @@ impl Daemon {
 impl Drop for Daemon {
     fn drop(&mut self) {
         self.stop_workers();
-        for p in &mut self.ports {
+        for p in self.ports.iter_mut().flatten() {
             if let Err(e) = p.eth.stop() {
                 tracing::warn!(port = %p.cfg.name, error = %e, "stopping port");
             }

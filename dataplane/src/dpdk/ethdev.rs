@@ -385,6 +385,32 @@ fn libc_enotsup() -> i32 {
     95 // ENOTSUP on Linux
 }
 
+impl EthPort {
+    /// Stops and closes the port (its queues' mbufs go back to their pool) and, for a
+    /// virtual device, unplugs it: its name (and, for vhost-user, its socket) can be
+    /// used again. The caller makes sure no worker polls or sends on it any more.
+    pub fn detach(mut self) -> Result<(), DpdkError> {
+        self.stop()?;
+        let id = self.id;
+        let name = std::mem::take(&mut self.name);
+        // Closed below, once: Drop must not close it again.
+        std::mem::forget(self);
+        // SAFETY: valid port id, stopped; nothing uses it any more (the caller's
+        // contract); it is closed once, here, since Drop does not run.
+        let rc = unsafe { ferrule_ffi::rte_eth_dev_close(id) };
+        check(|| format!("rte_eth_dev_close({name})"), rc)?;
+        if is_pci_address(&name) {
+            return Ok(());
+        }
+        let bus = CString::new("vdev").map_err(|_| DpdkError::new("bus name", 22))?;
+        let dev = CString::new(name.as_str())
+            .map_err(|_| DpdkError::new(format!("device name {name:?} contains NUL"), 22))?;
+        // SAFETY: both are valid C strings for the call; the device's port is closed.
+        let rc = unsafe { ferrule_ffi::rte_eal_hotplug_remove(bus.as_ptr(), dev.as_ptr()) };
+        check(|| format!("rte_eal_hotplug_remove(vdev, {name})"), rc).map(|_| ())
+    }
+}
+
 impl Drop for EthPort {
     fn drop(&mut self) {
         if let Err(e) = self.stop() {

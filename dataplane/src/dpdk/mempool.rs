@@ -63,6 +63,11 @@ impl Mempool {
         unsafe { ferrule_ffi::rte_mempool_avail_count(self.ptr.as_ptr()) }
     }
 
+    /// Mbufs in the pool, free or taken.
+    pub fn size(&self) -> u32 {
+        self.available() + self.in_use()
+    }
+
     /// Mbufs currently taken from the pool.
     pub fn in_use(&self) -> u32 {
         // SAFETY: as for `available`.
