@@ -18,9 +18,9 @@ use std::net::IpAddr;
 
 use ferrule_control::acl::{parse_apply, AclManager};
 use ferrule_control::api::{
-    self, acl_method, ct_method, nat_method, neigh_method, route_method, trace_method, vpc_method,
-    NeighAdd, NeighDel, NeighDump, NetworkFilter, PortsList, RouteAdd, RouteDel, RouteDump, Stats,
-    TraceDump, TraceResult, TraceRun, TraceStart, VersionInfo,
+    self, acl_method, ct_method, nat_method, neigh_method, port_method, route_method, trace_method,
+    vpc_method, NeighAdd, NeighDel, NeighDump, NetworkFilter, PortsList, RouteAdd, RouteDel,
+    RouteDump, Stats, TraceDump, TraceResult, TraceRun, TraceStart, VersionInfo,
 };
 use ferrule_control::config::{parse_mac, Config, IpCidr, EMBEDDED_DEFAULT};
 use ferrule_control::ctl::drop_reason_description;
@@ -35,7 +35,7 @@ use serde_json::{json, Value};
 
 const DOC: &str = include_str!("../../docs/control-protocol.md");
 
-const METHODS: [&str; 18] = [
+const METHODS: [&str; 20] = [
     route_method::ADD,
     route_method::DEL,
     route_method::DUMP,
@@ -54,6 +54,8 @@ const METHODS: [&str; 18] = [
     ct_method::FLUSH,
     ct_method::STATS,
     nat_method::DUMP,
+    port_method::ADD,
+    port_method::DEL,
 ];
 
 /// The text of the doc from `start` up to the next line that starts with `end`.
@@ -166,6 +168,8 @@ fn examples_match_the_api_types() {
                 acl_method::DUMP => check_params::<api::AclDumpParams>(name, &params),
                 acl_method::CLEAR_COUNTERS => check_params::<api::AclClearParams>(name, &params),
                 vpc_method::SYNC => check_params::<api::VpcSync>(name, &params),
+                port_method::ADD => check_params::<api::PortAdd>(name, &params),
+                port_method::DEL => check_params::<api::PortDel>(name, &params),
                 vpc_method::SHOW | ct_method::STATS => assert!(params.is_null(), "{message}"),
                 ct_method::DUMP | ct_method::FLUSH | nat_method::DUMP => {
                     check_params::<api::CtFilterParams>(name, &params)
@@ -230,6 +234,12 @@ fn examples_match_the_api_types() {
                 }
                 nat_method::DUMP => {
                     check_result::<api::NatDump>(&method, result);
+                }
+                port_method::ADD => {
+                    check_result::<api::PortInfo>(&method, result);
+                }
+                port_method::DEL => {
+                    check_result::<api::PortDeleted>(&method, result);
                 }
                 _ => unreachable!("checked above"),
             }
