@@ -3,7 +3,8 @@
 # in a network namespace wired to two pod namespaces and a router namespace
 # (scripts/netns-topology.sh, virtual ports only). The pods' real kernel stacks ping
 # their gateway, each other and the uplink's next hop, over IPv4 and IPv6; a TTL of 1
-# comes back as ICMP time exceeded from the gateway. Then it shows routes, neighbours,
+# comes back as ICMP time exceeded from the gateway. A dpdk-testpmd pod is attached over
+# vhost-user at run time and pinged from a kernel pod, then detached. Then it shows routes, neighbours,
 # and traces; applies configs/acl-example.yaml (pod-b accepts only TCP 80), checks that
 # pod-a's ping to pod-b is now denied and counted, removes the ACLs again; turns on
 # source NAT and pings an address beyond the router masqueraded; shows the counters,
@@ -24,11 +25,13 @@ work=$(mktemp -d /tmp/ferrule-demo.XXXXXX)
 sock=$work/ferrule.sock
 prefix=ferrule-demo-$$
 pid=
+pod_pid=
 cleanup() {
+    if [ -n "$pod_pid" ] && kill -0 "$pod_pid" 2>/dev/null; then kill -KILL "$pod_pid" 2>/dev/null || true; wait "$pod_pid" 2>/dev/null || true; fi
     if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
     scripts/netns-topology.sh down "$topo" || true
-    rm -f /dev/hugepages/"$prefix"* 2>/dev/null || true
-    rm -rf "/run/dpdk/$prefix" "$work"
+    rm -f /dev/hugepages/"$prefix"* /dev/hugepages/"$prefix-pod"* 2>/dev/null || true
+    rm -rf "/run/dpdk/$prefix" "/run/dpdk/$prefix-pod" "$work"
 }
 trap cleanup EXIT
 
@@ -66,6 +69,24 @@ out=$(ip netns exec "$topo-pa" ping -c 1 -W 2 -t 1 10.1.0.3 || true)
 echo "$out"
 echo "$out" | grep -q "From 169.254.1.1.*Time to live exceeded" \
     || { echo "demo: FAILED: no time exceeded from the gateway" >&2; exit 1; }
+# A vhost-user pod: dpdk-testpmd with a virtio-user device, answering ARP and pings
+# (icmpecho), attached at run time; pod-a's kernel pings it through Ferrule.
+ctl port add pod-v --vhost-user "$work/vhost/pod-v.sock" --ip 10.1.0.4 \
+    --mac 02:00:00:0a:01:04 --pod demo/pod-v
+# shellcheck disable=SC2086
+dpdk-testpmd -l 0,1 --no-pci --in-memory --single-file-segments -m 128 \
+    --file-prefix "$prefix-pod" $huge --log-level error \
+    --vdev "virtio_user0,path=$work/vhost/pod-v.sock,mac=02:00:00:0a:01:04" \
+    -- --forward-mode=icmpecho --stats-period=60 > "$work/pod-v.log" 2>&1 &
+pod_pid=$!
+for _ in $(seq 1 50); do
+    "$FERRULECTL" --socket "$sock" --json ports | tr -d ' \n' | grep -q '"link":"up","mac":"[^"]*","mtu":1500,"name":"pod-v"' && break
+    sleep 0.2
+done
+ping_from pa 10.1.0.4               # pod-a (kernel) -> pod-v (vhost-user)
+ctl ports
+kill -INT "$pod_pid"; wait "$pod_pid" || true; pod_pid=
+ctl port del pod-v
 ctl route dump
 ctl neigh dump
 ctl trace --in-port pod-a --proto tcp --src 10.1.0.2:40000 --dst 10.1.0.3:80 --tcp-flags SYN
