@@ -357,6 +357,35 @@ fn vhost_user_pods_come_and_go_under_traffic() {
         "port add pod-c",
     );
     assert_eq!(counter(&d, "pod-c", "rx_packets"), 0);
+    // Multiqueue: every queue pair's receive queue is polled by a worker.
+    let q = sock("pod-q");
+    ok(
+        &d.ctl(&[
+            "port",
+            "add",
+            "pod-q",
+            "--vhost-user",
+            q.to_str().unwrap(),
+            "--queues",
+            "2",
+            "--mac",
+            "02:00:00:0a:01:08",
+        ]),
+        "port add pod-q",
+    );
+    let stats = d.ctl_json(&["stats"]);
+    let polled: Vec<String> = stats["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|w| w["queues"].as_array().cloned().unwrap_or_default())
+        .filter_map(|q| q.as_str().map(str::to_string))
+        .collect();
+    assert!(
+        polled.contains(&"pod-q/0".to_string()) && polled.contains(&"pod-q/1".to_string()),
+        "{polled:?}"
+    );
+    assert_eq!(port(&d.ctl_json(&["ports"]), "pod-q")["rx_queues"], 2);
     let status = d.terminate();
     assert!(status.success(), "{}", d.log_text());
     assert!(leftovers(&prefix).is_empty());
