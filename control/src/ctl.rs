@@ -499,13 +499,6 @@ through and its verdict, as `ferrulectl trace` shows for a synthetic packet. Rea
 them with `ferrulectl trace dump`.
 
 Example:
-  ferrulectl acl apply -f policy.yaml       Replace the ACL tables and attachments
-  ferrulectl acl dump --port pod-web        Rules applying at a port, with hit counts
-  ferrulectl vpc set --node-ip 192.0.2.10 --vpc-cidr 192.0.2.0/24
-                                            Masquerade pods to the node IP outside the VPC
-  ferrulectl ct dump --proto tcp --state ESTABLISHED
-                                            Tracked connections, like conntrack -L
-  ferrulectl nat dump                       Masqueraded connections and their ports
   ferrulectl trace start --port uplink0 --count 10")]
     Start(TraceStartArgs),
 
