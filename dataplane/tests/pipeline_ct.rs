@@ -32,6 +32,55 @@ fn conntrack(worker: u16, workers: u16) -> Conntrack {
     ct
 }
 
+/// A TCP segment from pod-a (as received on its port).
+fn from_a(dst: [u8; 4], sport: u16, dport: u16, seq: u32, kind: Tcp, payload: &[u8]) -> Vec<u8> {
+    tcp(
+        (POD_A, GW_MAC_A),
+        POD_A_IP,
+        dst,
+        sport,
+        dport,
+        seq,
+        kind,
+        payload,
+    )
+}
+
+/// A TCP segment from pod-b.
+fn from_b(dst: [u8; 4], sport: u16, dport: u16, seq: u32, kind: Tcp, payload: &[u8]) -> Vec<u8> {
+    tcp(
+        (POD_B, GW_MAC_B),
+        POD_B_IP,
+        dst,
+        sport,
+        dport,
+        seq,
+        kind,
+        payload,
+    )
+}
+
+/// A TCP segment from the remote server, as the uplink's router delivers it.
+fn from_remote(
+    dst: [u8; 4],
+    sport: u16,
+    dport: u16,
+    seq: u32,
+    kind: Tcp,
+    payload: &[u8],
+) -> Vec<u8> {
+    tcp(
+        (ROUTER, UPLINK_MAC),
+        REMOTE,
+        dst,
+        sport,
+        dport,
+        seq,
+        kind,
+        payload,
+    )
+}
+
 fn run(snap: &Snapshot, ct: &mut Conntrack, port: u16, frame: &mut [u8]) -> Action {
     pipeline::process_ct(snap, port, frame, Some(ct), &mut NoTrace)
 }
@@ -78,16 +127,7 @@ fn decode(frame: &[u8]) -> ([u8; 4], [u8; 4], u16, u16, bool) {
 fn pod_tcp_is_masqueraded_and_replies_come_back_to_the_pod() {
     let snap = snat_snapshot(vec![(61000, 61999)]);
     let mut ct = conntrack(0, 1);
-    let mut syn = tcp(
-        (POD_A, GW_MAC_A),
-        POD_A_IP,
-        REMOTE,
-        40000,
-        443,
-        1000,
-        Tcp::Syn,
-        &[],
-    );
+    let mut syn = from_a(REMOTE, 40000, 443, 1000, Tcp::Syn, &[]);
     assert_eq!(
         run(&snap, &mut ct, 0, &mut syn),
         Action::Forward { port: 2 }
@@ -99,25 +139,14 @@ fn pod_tcp_is_masqueraded_and_replies_come_back_to_the_pod() {
     assert_eq!(ct.table.len(), 1);
 
     // The SYN-ACK to the node IP goes back to the pod, translated.
-    let mut synack = tcp(
-        (ROUTER, UPLINK_MAC),
-        REMOTE,
-        NODE,
-        443,
-        sport,
-        5000,
-        Tcp::SynAck(1001),
-        &[],
-    );
+    let mut synack = from_remote(NODE, 443, sport, 5000, Tcp::SynAck(1001), &[]);
     assert_eq!(
         run(&snap, &mut ct, 2, &mut synack),
         Action::Forward { port: 0 }
     );
     assert_eq!(decode(&synack), (REMOTE, POD_A_IP, 443, 40000, true));
     // Data both ways.
-    let mut ack = tcp(
-        (POD_A, GW_MAC_A),
-        POD_A_IP,
+    let mut ack = from_a(
         REMOTE,
         40000,
         443,
@@ -137,16 +166,7 @@ fn pod_tcp_is_masqueraded_and_replies_come_back_to_the_pod() {
     assert_eq!(conn.packets(Dir::Reply), 1);
 
     // Traffic inside the VPC keeps the pod's address and is not tracked.
-    let mut inside = tcp(
-        (POD_A, GW_MAC_A),
-        POD_A_IP,
-        [192, 0, 2, 77],
-        40001,
-        80,
-        1,
-        Tcp::Syn,
-        &[],
-    );
+    let mut inside = from_a([192, 0, 2, 77], 40001, 80, 1, Tcp::Syn, &[]);
     let action = run(&snap, &mut ct, 0, &mut inside);
     assert!(
         matches!(action, Action::Punt(_)),
@@ -274,59 +294,23 @@ fn reflect_lets_replies_back_and_nothing_else() {
     let snap = reflect_snapshot(1, true);
     let mut ct = conntrack(0, 1);
     let deny = Action::Drop(DropReason::AclDeny);
-    let mut syn = tcp(
-        (POD_A, GW_MAC_A),
-        POD_A_IP,
-        POD_B_IP,
-        40000,
-        80,
-        1,
-        Tcp::Syn,
-        &[],
-    );
+    let mut syn = from_a(POD_B_IP, 40000, 80, 1, Tcp::Syn, &[]);
     assert_eq!(
         run(&snap, &mut ct, 0, &mut syn),
         Action::Forward { port: 1 }
     );
     assert_eq!(ct.table.len(), 1, "the reflect rule tracked it");
     // The reply passes pod-a's deny-all egress table.
-    let mut synack = tcp(
-        (POD_B, GW_MAC_B),
-        POD_B_IP,
-        POD_A_IP,
-        80,
-        40000,
-        9,
-        Tcp::SynAck(2),
-        &[],
-    );
+    let mut synack = from_b(POD_A_IP, 80, 40000, 9, Tcp::SynAck(2), &[]);
     assert_eq!(
         run(&snap, &mut ct, 1, &mut synack),
         Action::Forward { port: 0 }
     );
     // An unsolicited packet in the reply's direction does not.
-    let mut unsolicited = tcp(
-        (POD_B, GW_MAC_B),
-        POD_B_IP,
-        POD_A_IP,
-        80,
-        40001,
-        9,
-        Tcp::Syn,
-        &[],
-    );
+    let mut unsolicited = from_b(POD_A_IP, 80, 40001, 9, Tcp::Syn, &[]);
     assert_eq!(run(&snap, &mut ct, 1, &mut unsolicited), deny);
     // Neither does one to another port of the pod.
-    let mut other = tcp(
-        (POD_B, GW_MAC_B),
-        POD_B_IP,
-        POD_A_IP,
-        81,
-        40000,
-        9,
-        Tcp::Ack(2),
-        &[],
-    );
+    let mut other = from_b(POD_A_IP, 81, 40000, 9, Tcp::Ack(2), &[]);
     assert_eq!(run(&snap, &mut ct, 1, &mut other), deny);
 
     // A plain permit is stateless: without reflect nothing is tracked.
@@ -340,16 +324,7 @@ fn reflect_lets_replies_back_and_nothing_else() {
     acl.has_reflect = false;
     plain.acl = Arc::new(acl);
     let mut fresh = conntrack(0, 1);
-    let mut syn = tcp(
-        (POD_A, GW_MAC_A),
-        POD_A_IP,
-        POD_B_IP,
-        40002,
-        80,
-        1,
-        Tcp::Syn,
-        &[],
-    );
+    let mut syn = from_a(POD_B_IP, 40002, 80, 1, Tcp::Syn, &[]);
     assert_eq!(
         run(&plain, &mut fresh, 0, &mut syn),
         Action::Forward { port: 1 }
@@ -361,46 +336,19 @@ fn reflect_lets_replies_back_and_nothing_else() {
 fn an_acl_change_closes_connections_the_new_rules_deny() {
     let mut ct = conntrack(0, 1);
     let snap1 = reflect_snapshot(1, true);
-    let mut syn = tcp(
-        (POD_A, GW_MAC_A),
-        POD_A_IP,
-        POD_B_IP,
-        40000,
-        80,
-        1,
-        Tcp::Syn,
-        &[],
-    );
+    let mut syn = from_a(POD_B_IP, 40000, 80, 1, Tcp::Syn, &[]);
     assert_eq!(
         run(&snap1, &mut ct, 0, &mut syn),
         Action::Forward { port: 1 }
     );
-    let mut synack = tcp(
-        (POD_B, GW_MAC_B),
-        POD_B_IP,
-        POD_A_IP,
-        80,
-        40000,
-        9,
-        Tcp::SynAck(2),
-        &[],
-    );
+    let mut synack = from_b(POD_A_IP, 80, 40000, 9, Tcp::SynAck(2), &[]);
     assert_eq!(
         run(&snap1, &mut ct, 1, &mut synack),
         Action::Forward { port: 0 }
     );
     // Generation 2 still permits: the next packet is re-checked and passes.
     let snap2 = reflect_snapshot(2, true);
-    let mut ack = tcp(
-        (POD_A, GW_MAC_A),
-        POD_A_IP,
-        POD_B_IP,
-        40000,
-        80,
-        2,
-        Tcp::Ack(10),
-        &[],
-    );
+    let mut ack = from_a(POD_B_IP, 40000, 80, 2, Tcp::Ack(10), &[]);
     let mut rec = Recorder::default();
     assert_eq!(
         pipeline::process_ct(&snap2, 0, &mut ack, Some(&mut ct), &mut rec),
@@ -416,31 +364,13 @@ fn an_acl_change_closes_connections_the_new_rules_deny() {
     // Generation 3 denies port 80: the next packet is dropped and the connection closed,
     // so the reply direction is denied too.
     let snap3 = reflect_snapshot(3, false);
-    let mut ack = tcp(
-        (POD_A, GW_MAC_A),
-        POD_A_IP,
-        POD_B_IP,
-        40000,
-        80,
-        2,
-        Tcp::Ack(10),
-        b"x",
-    );
+    let mut ack = from_a(POD_B_IP, 40000, 80, 2, Tcp::Ack(10), b"x");
     assert_eq!(
         run(&snap3, &mut ct, 0, &mut ack),
         Action::Drop(DropReason::AclDeny)
     );
     assert!(ct.table.is_empty(), "closed");
-    let mut reply = tcp(
-        (POD_B, GW_MAC_B),
-        POD_B_IP,
-        POD_A_IP,
-        80,
-        40000,
-        10,
-        Tcp::Ack(3),
-        b"y",
-    );
+    let mut reply = from_b(POD_A_IP, 80, 40000, 10, Tcp::Ack(3), b"y");
     assert_eq!(
         run(&snap3, &mut ct, 1, &mut reply),
         Action::Drop(DropReason::AclDeny)
@@ -448,44 +378,17 @@ fn an_acl_change_closes_connections_the_new_rules_deny() {
     // With re-checks off the connection would have lived on.
     let mut lax = conntrack(0, 1);
     lax.recheck = false;
-    let mut syn = tcp(
-        (POD_A, GW_MAC_A),
-        POD_A_IP,
-        POD_B_IP,
-        40000,
-        80,
-        1,
-        Tcp::Syn,
-        &[],
-    );
+    let mut syn = from_a(POD_B_IP, 40000, 80, 1, Tcp::Syn, &[]);
     assert_eq!(
         run(&snap1, &mut lax, 0, &mut syn),
         Action::Forward { port: 1 }
     );
-    let mut synack = tcp(
-        (POD_B, GW_MAC_B),
-        POD_B_IP,
-        POD_A_IP,
-        80,
-        40000,
-        9,
-        Tcp::SynAck(2),
-        &[],
-    );
+    let mut synack = from_b(POD_A_IP, 80, 40000, 9, Tcp::SynAck(2), &[]);
     assert_eq!(
         run(&snap1, &mut lax, 1, &mut synack),
         Action::Forward { port: 0 }
     );
-    let mut ack = tcp(
-        (POD_A, GW_MAC_A),
-        POD_A_IP,
-        POD_B_IP,
-        40000,
-        80,
-        2,
-        Tcp::Ack(10),
-        &[],
-    );
+    let mut ack = from_a(POD_B_IP, 40000, 80, 2, Tcp::Ack(10), &[]);
     assert_eq!(
         run(&snap3, &mut lax, 0, &mut ack),
         Action::Forward { port: 1 }
@@ -496,68 +399,23 @@ fn an_acl_change_closes_connections_the_new_rules_deny() {
 fn out_of_window_rst_is_invalid_and_in_window_rst_closes() {
     let snap = snat_snapshot(vec![(61000, 61999)]);
     let mut ct = conntrack(0, 1);
-    let mut syn = tcp(
-        (POD_A, GW_MAC_A),
-        POD_A_IP,
-        REMOTE,
-        40000,
-        443,
-        1000,
-        Tcp::Syn,
-        &[],
-    );
+    let mut syn = from_a(REMOTE, 40000, 443, 1000, Tcp::Syn, &[]);
     run(&snap, &mut ct, 0, &mut syn);
     let (_, _, port, _, _) = decode(&syn);
-    let mut synack = tcp(
-        (ROUTER, UPLINK_MAC),
-        REMOTE,
-        NODE,
-        443,
-        port,
-        5000,
-        Tcp::SynAck(1001),
-        &[],
-    );
+    let mut synack = from_remote(NODE, 443, port, 5000, Tcp::SynAck(1001), &[]);
     assert_eq!(
         run(&snap, &mut ct, 2, &mut synack),
         Action::Forward { port: 0 }
     );
-    let mut ack = tcp(
-        (POD_A, GW_MAC_A),
-        POD_A_IP,
-        REMOTE,
-        40000,
-        443,
-        1001,
-        Tcp::Ack(5001),
-        &[],
-    );
+    let mut ack = from_a(REMOTE, 40000, 443, 1001, Tcp::Ack(5001), &[]);
     run(&snap, &mut ct, 0, &mut ack);
-    let mut bad = tcp(
-        (ROUTER, UPLINK_MAC),
-        REMOTE,
-        NODE,
-        443,
-        port,
-        5001 + 3_000_000,
-        Tcp::Rst(1001),
-        &[],
-    );
+    let mut bad = from_remote(NODE, 443, port, 5001 + 3_000_000, Tcp::Rst(1001), &[]);
     assert_eq!(
         run(&snap, &mut ct, 2, &mut bad),
         Action::Drop(DropReason::CtInvalid)
     );
     assert_eq!(ct.table.len(), 1);
-    let mut good = tcp(
-        (ROUTER, UPLINK_MAC),
-        REMOTE,
-        NODE,
-        443,
-        port,
-        5001,
-        Tcp::Rst(1001),
-        &[],
-    );
+    let mut good = from_remote(NODE, 443, port, 5001, Tcp::Rst(1001), &[]);
     assert_eq!(
         run(&snap, &mut ct, 2, &mut good),
         Action::Forward { port: 0 }
@@ -574,45 +432,18 @@ fn snat_ports_run_out_per_destination() {
     // One port: one connection per remote endpoint.
     let snap = snat_snapshot(vec![(61000, 61000)]);
     let mut ct = conntrack(0, 1);
-    let mut first = tcp(
-        (POD_A, GW_MAC_A),
-        POD_A_IP,
-        REMOTE,
-        40000,
-        443,
-        1,
-        Tcp::Syn,
-        &[],
-    );
+    let mut first = from_a(REMOTE, 40000, 443, 1, Tcp::Syn, &[]);
     assert_eq!(
         run(&snap, &mut ct, 0, &mut first),
         Action::Forward { port: 2 }
     );
-    let mut second = tcp(
-        (POD_B, GW_MAC_B),
-        POD_B_IP,
-        REMOTE,
-        40000,
-        443,
-        1,
-        Tcp::Syn,
-        &[],
-    );
+    let mut second = from_b(REMOTE, 40000, 443, 1, Tcp::Syn, &[]);
     assert_eq!(
         run(&snap, &mut ct, 1, &mut second),
         Action::Drop(DropReason::SnatPortsExhausted)
     );
     // Another destination may reuse the port (endpoint-dependent mapping).
-    let mut other = tcp(
-        (POD_B, GW_MAC_B),
-        POD_B_IP,
-        [9, 9, 9, 9],
-        40000,
-        443,
-        1,
-        Tcp::Syn,
-        &[],
-    );
+    let mut other = from_b([9, 9, 9, 9], 40000, 443, 1, Tcp::Syn, &[]);
     assert_eq!(
         run(&snap, &mut ct, 1, &mut other),
         Action::Forward { port: 2 }
@@ -625,16 +456,7 @@ fn packets_go_to_the_worker_that_owns_their_connection() {
     let snap = snat_snapshot(vec![(61000, 61999)]);
     let mut w = [conntrack(0, 2), conntrack(1, 2)];
     // Whichever worker receives the SYN, exactly one runs it; the other hands it over.
-    let syn = tcp(
-        (POD_A, GW_MAC_A),
-        POD_A_IP,
-        REMOTE,
-        40000,
-        443,
-        1000,
-        Tcp::Syn,
-        &[],
-    );
+    let syn = from_a(REMOTE, 40000, 443, 1000, Tcp::Syn, &[]);
     let mut verdicts = Vec::new();
     for ct in w.iter_mut() {
         let mut f = syn.clone();
@@ -658,16 +480,7 @@ fn packets_go_to_the_worker_that_owns_their_connection() {
     );
     // The reply arrives on the other worker and is handed to the owner, which
     // translates it.
-    let reply = tcp(
-        (ROUTER, UPLINK_MAC),
-        REMOTE,
-        NODE,
-        443,
-        port,
-        5000,
-        Tcp::SynAck(1001),
-        &[],
-    );
+    let reply = from_remote(NODE, 443, port, 5000, Tcp::SynAck(1001), &[]);
     let mut f = reply.clone();
     assert_eq!(
         run(&snap, &mut w[1 - owner], 2, &mut f),
@@ -681,26 +494,8 @@ fn packets_go_to_the_worker_that_owns_their_connection() {
         Action::Forward { port: 0 }
     );
     // Pod-to-pod flows (no NAT) hash the same both ways.
-    let ab = tcp(
-        (POD_A, GW_MAC_A),
-        POD_A_IP,
-        POD_B_IP,
-        1234,
-        80,
-        1,
-        Tcp::Syn,
-        &[],
-    );
-    let ba = tcp(
-        (POD_B, GW_MAC_B),
-        POD_B_IP,
-        POD_A_IP,
-        80,
-        1234,
-        1,
-        Tcp::SynAck(2),
-        &[],
-    );
+    let ab = from_a(POD_B_IP, 1234, 80, 1, Tcp::Syn, &[]);
+    let ba = from_b(POD_A_IP, 80, 1234, 1, Tcp::SynAck(2), &[]);
     let owner_of = |f: &[u8], port: u16| {
         let parsed = pipeline::parse(f, 0).expect("parse");
         let _ = port;
@@ -713,16 +508,7 @@ fn packets_go_to_the_worker_that_owns_their_connection() {
 fn trace_shows_the_conntrack_and_nat_stages() {
     let snap = snat_snapshot(vec![(61000, 61999)]);
     let mut ct = conntrack(0, 1);
-    let mut syn = tcp(
-        (POD_A, GW_MAC_A),
-        POD_A_IP,
-        REMOTE,
-        40000,
-        443,
-        1000,
-        Tcp::Syn,
-        &[],
-    );
+    let mut syn = from_a(REMOTE, 40000, 443, 1000, Tcp::Syn, &[]);
     let mut rec = Recorder::default();
     let action = pipeline::process_ct(&snap, 0, &mut syn, Some(&mut ct), &mut rec);
     assert_eq!(action, Action::Forward { port: 2 });
@@ -750,16 +536,7 @@ fn too_big_for_the_uplink_is_refused_before_masquerading() {
     let mut snap = snat_snapshot(vec![(61000, 61999)]);
     snap.ports[2].mtu = 1400;
     let mut ct = conntrack(0, 1);
-    let mut big = tcp(
-        (POD_A, GW_MAC_A),
-        POD_A_IP,
-        REMOTE,
-        40000,
-        443,
-        1,
-        Tcp::Ack(1),
-        &[0u8; 1400],
-    );
+    let mut big = from_a(REMOTE, 40000, 443, 1, Tcp::Ack(1), &[0u8; 1400]);
     let before = big.clone();
     let action = run(&snap, &mut ct, 0, &mut big);
     assert!(

@@ -301,6 +301,17 @@ impl Daemon {
         ))
     }
 
+    /// Tells the ACL code which port names exist now (attachments name them).
+    fn sync_acl_ports(&mut self) {
+        let ports = self
+            .fib
+            .ports()
+            .iter()
+            .map(|p| (p.name.clone(), p.role))
+            .collect();
+        self.acl.set_ports(ports);
+    }
+
     /// Gives each receive queue of port `index` to the worker with the fewest queues.
     fn assign_queues(&self, index: usize, port_id: u16, queues: u16) {
         let mut jobs = self.shared.jobs();
@@ -374,13 +385,7 @@ impl Daemon {
         } else {
             self.ports[index] = Some(runtime);
         }
-        self.acl.set_ports(
-            self.fib
-                .ports()
-                .iter()
-                .map(|p| (p.name.clone(), p.role))
-                .collect(),
-        );
+        self.sync_acl_ports();
         self.assign_queues(index, port_id, cfg.rx_queues);
         self.publish();
         tracing::info!(port = %cfg.name, index, devargs = %cfg.devargs, pod = ?cfg.pod, "port added");
@@ -443,13 +448,7 @@ impl Daemon {
         if let Some((path, VhostMode::Server)) = &runtime.vhost {
             let _ = std::fs::remove_file(path);
         }
-        self.acl.set_ports(
-            self.fib
-                .ports()
-                .iter()
-                .map(|p| (p.name.clone(), p.role))
-                .collect(),
-        );
+        self.sync_acl_ports();
         tracing::info!(port = %name, index, "port deleted");
         to_value(api::PortDeleted {
             name,
