@@ -2,11 +2,15 @@
 //! l2, local, ttl, batched route lookup, MTU, neighbour, rewrite) over 32-packet bursts
 //! of 64-byte IPv4 UDP frames with a 1M-route table, side by side in the same run with
 //! an l3fwd-style minimal path on DPDK's `rte_lpm` (check Ethernet type and IPv4
-//! version/IHL, bulk lookup, TTL and checksum, MACs) on the same frames and routes.
+//! version/IHL, bulk lookup, TTL and checksum, MACs) on the same frames and routes, and
+//! Ferrule's pipeline again with a 1,000-rule ingress ACL table on the input port.
 //!
 //! `cargo bench -p ferrule-perf --bench pipeline -- --warm-up-time 1 --measurement-time 3`
 
 use criterion::{black_box, Criterion, Throughput};
+use ferrule_dataplane::acl::table::{AclTables, Table};
+use ferrule_dataplane::acl::{Action as AclAction, PortRange, Prefix, Proto, Rule};
+use ferrule_dataplane::counters::MAX_PORTS;
 use ferrule_dataplane::dpdk::rte_lpm::{RteLpm, LOOKUP_SUCCESS};
 use ferrule_dataplane::dpdk::Eal;
 use ferrule_dataplane::lpm::{Lpm4, Lpm6};
@@ -241,6 +245,45 @@ fn bench(c: &mut Criterion) {
             })
         })
     });
+    // The same path with an ingress ACL table of 1,000 rules on the input port that no
+    // frame matches before the last rule (permit all): every packet is classified
+    // through the whole table.
+    let acl_snap = with_ingress_acl(&snap, &mut rng, 1000);
+    for chunk in frames.chunks(BURST).take(64) {
+        let mut a = chunk.to_vec();
+        pipeline::process_burst(
+            &acl_snap,
+            0,
+            a.as_mut_slice(),
+            &mut actions[..chunk.len()],
+            &mut scratch,
+            None,
+            &mut NoTrace,
+        );
+        assert!(
+            actions[..chunk.len()]
+                .iter()
+                .all(|x| *x == Action::Forward { port: 1 }),
+            "every frame passes the ACL: {actions:?}"
+        );
+    }
+    g.bench_function("ferrule_pipeline_acl1000_burst32", |b| {
+        b.iter_custom(|iters| {
+            run(iters, &mut |burst| {
+                let mut slots = Slots(burst);
+                pipeline::process_burst(
+                    &acl_snap,
+                    0,
+                    &mut slots,
+                    &mut actions,
+                    &mut scratch,
+                    None,
+                    &mut NoTrace,
+                );
+                black_box(&actions);
+            })
+        })
+    });
     if baseline {
         g.bench_function("l3fwd_rte_lpm_burst32", |b| {
             b.iter_custom(|iters| {
@@ -251,6 +294,44 @@ fn bench(c: &mut Criterion) {
         });
     }
     g.finish();
+}
+
+/// `snap` with an ingress table on port 0: `rules - 1` deny rules on random source
+/// prefixes inside 172.16.0.0/12 with random protocols and port ranges (the frames come
+/// from 10.1.0.2, so none matches), then permit all.
+fn with_ingress_acl(snap: &Snapshot, rng: &mut StdRng, rules: usize) -> Snapshot {
+    let mut list = Vec::with_capacity(rules);
+    for _ in 1..rules {
+        let mut r = Rule::any(AclAction::Deny);
+        let len = rng.gen_range(16..=32u8);
+        let addr = 0xAC10_0000u32 | (rng.gen::<u32>() & 0x000F_FFFF);
+        r.src = Prefix::v4(Ipv4Addr::from(addr), len);
+        r.proto = if rng.gen_bool(0.5) {
+            Proto::TCP
+        } else {
+            Proto::UDP
+        };
+        let lo: u16 = rng.gen_range(0..60000);
+        r.dst_port = PortRange {
+            lo,
+            hi: lo + rng.gen_range(0..1000),
+        };
+        list.push(r);
+    }
+    list.push(Rule::any(AclAction::Permit));
+    let slots = (0..list.len() as u32).collect();
+    let table = Table::compile("bench".into(), list, slots, rules as u32).expect("compile");
+    let mut ingress = [None; MAX_PORTS];
+    ingress[0] = Some(0);
+    let mut out = snap.clone();
+    out.acl = Arc::new(AclTables::new(
+        vec![Arc::new(table)],
+        ingress,
+        [None; MAX_PORTS],
+        None,
+        1,
+    ));
+    out
 }
 
 /// A burst of 64-byte frames in the arena, as the pipeline sees frames.
