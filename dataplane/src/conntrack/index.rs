@@ -3,7 +3,14 @@
 //! references, an overflow count) with linear probing between buckets and exact
 //! deletion (no tombstones: a bucket's overflow count says whether a probe must go on).
 
+use super::{preallocated, prefetch, MemoryAdvice};
 use crate::flow::FlowKey;
+
+/// A key's hash under one table's seed ([`ConnTable::hash`](super::ConnTable::hash)),
+/// to look the key up later without hashing it again. Only meaningful for the table
+/// that computed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct KeyHash(pub(super) u64);
 
 /// Slots per bucket.
 pub(super) const SLOTS: usize = 10;
@@ -56,11 +63,11 @@ pub(super) struct Index {
 
 impl Index {
     /// An index for `max_conns` connections (two keys each).
-    pub(super) fn new(max_conns: usize, seed: u64) -> Index {
+    pub(super) fn new(max_conns: usize, seed: u64, advice: &impl MemoryAdvice) -> Index {
         let n = max_conns.div_ceil(CONNS_PER_BUCKET).max(1);
         let mut s = seed;
         Index {
-            buckets: vec![EMPTY_BUCKET; n],
+            buckets: preallocated(n, EMPTY_BUCKET, advice),
             seed: std::array::from_fn(|_| splitmix(&mut s)),
         }
     }
@@ -104,21 +111,30 @@ impl Index {
         }
     }
 
-    /// Loads the first word of the bucket a probe for hash `h` starts at, so that a
-    /// burst's bucket misses overlap (a plain load: prefetch instructions need
-    /// `unsafe`). Returns the word so the load is not optimised away.
+    /// Prefetches the bucket a probe for hash `h` starts at.
     #[inline(always)]
-    pub(super) fn touch(&self, h: u64) -> u16 {
-        self.buckets[self.home(h)].tags[0]
+    pub(super) fn prefetch(&self, h: u64) {
+        prefetch(&self.buckets[self.home(h)]);
     }
 
     /// The first reference in the home bucket of `h` whose tag matches, if any (to
-    /// touch the entry before the real probe).
+    /// prefetch the entry before the real probe).
     #[inline(always)]
     pub(super) fn first_candidate(&self, h: u64) -> Option<u32> {
-        let tag = Self::tag(h);
         let b = &self.buckets[self.home(h)];
-        b.tags.iter().position(|&t| t == tag).map(|i| b.refs[i])
+        let m = Self::tag_mask(b, Self::tag(h));
+        (m != 0).then(|| b.refs[m.trailing_zeros() as usize])
+    }
+
+    /// Bit `i` set when slot `i` of `b` holds `tag` (branch-free, so the compiler can
+    /// compare all ten tags at once).
+    #[inline(always)]
+    fn tag_mask(b: &Bucket, tag: u16) -> u32 {
+        let mut m = 0u32;
+        for (i, &t) in b.tags.iter().enumerate() {
+            m |= u32::from(t == tag) << i;
+        }
+        m
     }
 
     /// The reference stored for a key with hash `h` for which `matches` is true.
@@ -128,10 +144,13 @@ impl Index {
         let mut b = self.home(h);
         for _ in 0..self.buckets.len() {
             let bucket = &self.buckets[b];
-            for (t, &r) in bucket.tags.iter().zip(&bucket.refs) {
-                if *t == tag && matches(r) {
+            let mut m = Self::tag_mask(bucket, tag);
+            while m != 0 {
+                let r = bucket.refs[m.trailing_zeros() as usize];
+                if matches(r) {
                     return Some(r);
                 }
+                m &= m - 1;
             }
             if bucket.overflow == 0 {
                 return None;
@@ -202,7 +221,7 @@ mod tests {
     fn overflow_chains_survive_deletes() {
         // One bucket for 4 connections: 10 slots; force every key into bucket 0's
         // chain by using a two-bucket index and many keys.
-        let mut ix = Index::new(8, 7);
+        let mut ix = Index::new(8, 7, &super::super::NoAdvice);
         let keys: Vec<FlowKey> = (0..16u16)
             .map(|p| FlowKey::v4(0, 17, Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::LOCALHOST, p, 1))
             .collect();
@@ -233,7 +252,10 @@ mod tests {
     #[test]
     fn seeds_change_the_hash() {
         let k = FlowKey::v4(1, 6, Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::LOCALHOST, 1, 2);
-        let (a, b) = (Index::new(4, 1), Index::new(4, 2));
+        let (a, b) = (
+            Index::new(4, 1, &super::super::NoAdvice),
+            Index::new(4, 2, &super::super::NoAdvice),
+        );
         assert_ne!(a.hash(&k), b.hash(&k));
         assert_ne!(a.hash(&k), a.hash(&k.reversed()));
     }

@@ -12,12 +12,48 @@ mod index;
 mod table;
 mod tcp;
 
+pub use index::KeyHash;
 pub use table::{ConnTable, ConnView, CtStats, BYTES_PER_CONNECTION, MAX_ENTRIES};
 pub use tcp::{tcp_wscale, TcpState, TcpWindow};
 
 use crate::wire::TcpPacket;
 use serde::{Deserialize, Serialize};
+use std::mem::MaybeUninit;
 use std::net::Ipv4Addr;
+
+/// Advice on how to back the big arrays a table preallocates, given each array's fresh
+/// (not yet written) memory before it is filled — e.g. `dpdk::memory::HugePages`
+/// (transparent huge pages). It must not write the memory.
+pub trait MemoryAdvice {
+    fn advise<T>(&self, fresh: &mut [MaybeUninit<T>]);
+}
+
+/// No advice: ordinary pages.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoAdvice;
+
+impl MemoryAdvice for NoAdvice {
+    #[inline]
+    fn advise<T>(&self, _: &mut [MaybeUninit<T>]) {}
+}
+
+/// A vector of `n` copies of `fill`, its memory advised before it is written.
+pub(crate) fn preallocated<T: Copy>(n: usize, fill: T, advice: &impl MemoryAdvice) -> Vec<T> {
+    let mut v = Vec::with_capacity(n);
+    advice.advise(&mut v.spare_capacity_mut()[..n]);
+    v.resize(n, fill);
+    v
+}
+
+/// Hints that the cache line holding `r` will be read soon (a no-op without the DPDK
+/// layer, which holds the instruction).
+#[inline(always)]
+pub(crate) fn prefetch<T>(r: &T) {
+    #[cfg(feature = "dpdk")]
+    crate::dpdk::memory::prefetch(r);
+    #[cfg(not(feature = "dpdk"))]
+    let _ = r;
+}
 
 /// Monotonic time in milliseconds, injected by the caller (tests use a fake clock).
 /// Seconds resolution is enough: timeouts are whole seconds and deadlines are kept

@@ -2,11 +2,11 @@
 //! free list, the hash index over both tuples of every entry, per-timeout-class aging
 //! lists (intrusive, doubly linked, in expiry order), zone and table limits, counters.
 
-use super::index::{Index, CONNS_PER_BUCKET};
+use super::index::{Index, KeyHash, CONNS_PER_BUCKET};
 use super::tcp::{self, Step, TcpState, TcpWindow, Window, NO_SCALES};
 use super::{
-    is_icmp, ConnId, ConnState, CtConfig, Dir, InsertError, L4Info, Millis, Nat, Timeouts,
-    TrackVerdict,
+    is_icmp, preallocated, prefetch, ConnId, ConnState, CtConfig, Dir, InsertError, L4Info,
+    MemoryAdvice, Millis, Nat, NoAdvice, Timeouts, TrackVerdict,
 };
 use crate::flow::{Family, FlowKey};
 use std::net::Ipv4Addr;
@@ -277,6 +277,24 @@ fn random_seed() -> u64 {
     h.finish()
 }
 
+/// The reply-direction key of a masqueraded connection to `remote:remote_port`.
+#[inline(always)]
+fn nat_tuple(zone: u16, proto: u8, remote: &[u8; 16], remote_port: u16, nat: Nat) -> FlowKey {
+    FlowKey {
+        src: *remote,
+        dst: nat.addr.to_ipv6_mapped().octets(),
+        src_port: if is_icmp(proto) {
+            nat.port
+        } else {
+            remote_port
+        },
+        dst_port: nat.port,
+        network: zone,
+        proto,
+        family: Family::V4,
+    }
+}
+
 /// A deadline `timeout` seconds after `now`, in whole seconds rounded up.
 #[inline(always)]
 fn deadline(now: Millis, timeout: u32) -> u32 {
@@ -292,8 +310,15 @@ impl ConnTable {
 
     /// A table whose hash is seeded with `seed` (tests and benchmarks).
     pub fn with_seed(cfg: &CtConfig, seed: u64) -> ConnTable {
+        Self::with_seed_in(cfg, seed, &NoAdvice)
+    }
+
+    /// [`with_seed`](Self::with_seed), the entries and the index backed as `advice`
+    /// says (e.g. on transparent huge pages: at a million connections most lookups
+    /// would otherwise also miss the TLB).
+    pub fn with_seed_in(cfg: &CtConfig, seed: u64, advice: &impl MemoryAdvice) -> ConnTable {
         let max = cfg.max_entries.min(MAX_ENTRIES);
-        let mut entries = vec![FREE_ENTRY; max as usize];
+        let mut entries = preallocated(max as usize, FREE_ENTRY, advice);
         for (i, e) in entries.iter_mut().enumerate() {
             e.next = if i + 1 < max as usize {
                 i as u32 + 1
@@ -304,7 +329,7 @@ impl ConnTable {
         let t = &cfg.timeouts;
         ConnTable {
             entries,
-            index: Index::new(max as usize, seed),
+            index: Index::new(max as usize, seed, advice),
             free: if max == 0 { NIL } else { 0 },
             len: 0,
             max_per_zone: cfg.max_per_zone,
@@ -371,42 +396,59 @@ impl ConnTable {
     /// reply to echo id X masqueraded to Y carries Y in both.
     #[inline]
     pub fn lookup(&self, key: &FlowKey) -> Option<(ConnId, Dir)> {
+        self.lookup_hashed(key, self.hash(key))
+    }
+
+    /// The hash of `key` for [`lookup_hashed`](Self::lookup_hashed), prefetching the
+    /// index bucket its lookup starts at: hash a whole burst first, then
+    /// [`prefetch_entry`](Self::prefetch_entry) each, then look each up, and the cache
+    /// misses of the burst overlap instead of following one another.
+    #[inline(always)]
+    pub fn hash(&self, key: &FlowKey) -> KeyHash {
         let h = self.index.hash(key);
+        self.index.prefetch(h);
+        KeyHash(h)
+    }
+
+    /// Prefetches the entry a lookup of hash `h` most likely finds (reading the index
+    /// bucket, which [`hash`](Self::hash) prefetched).
+    #[inline(always)]
+    pub fn prefetch_entry(&self, h: KeyHash) {
+        if let Some(r) = self.index.first_candidate(h.0) {
+            if let Some(e) = self.entries.get((r >> 1) as usize) {
+                // 112 bytes span two or three cache lines: one field in each.
+                prefetch(&e.key);
+                prefetch(&e.bytes);
+                prefetch(&e.window);
+            }
+        }
+    }
+
+    /// [`lookup`](Self::lookup) of a key hashed by [`hash`](Self::hash) on this table.
+    #[inline]
+    pub fn lookup_hashed(&self, key: &FlowKey, h: KeyHash) -> Option<(ConnId, Dir)> {
         let entries = &self.entries;
         self.index
-            .find(h, |r| entries[(r >> 1) as usize].matches(r, key))
+            .find(h.0, |r| entries[(r >> 1) as usize].matches(r, key))
             .map(|r| (ConnId(r >> 1), Dir::from_bit(r)))
     }
 
     /// [`lookup`](Self::lookup) for a burst: `out[i]` is the result for `keys[i]`
-    /// (`out` must be at least as long as `keys`). Hashes every key and loads the
-    /// buckets, then the candidate entries (both cache lines, for the `track` that
-    /// follows), before probing, so the cache misses of a burst overlap instead of
-    /// following one another.
+    /// (`out` must be at least as long as `keys`). Hashes every key and prefetches its
+    /// bucket, then the candidate entries, before probing, so the cache misses of a
+    /// burst overlap instead of following one another.
     pub fn lookup_burst(&self, keys: &[FlowKey], out: &mut [Option<(ConnId, Dir)>]) {
         const CHUNK: usize = 16;
-        let mut hashes = [0u64; CHUNK];
+        let mut hashes = [KeyHash::default(); CHUNK];
         for (keys, out) in keys.chunks(CHUNK).zip(out.chunks_mut(CHUNK)) {
-            let mut sink = 0u64;
             for (h, k) in hashes.iter_mut().zip(keys) {
-                *h = self.index.hash(k);
-                sink ^= u64::from(self.index.touch(*h));
+                *h = self.hash(k);
             }
             for &h in &hashes[..keys.len()] {
-                if let Some(r) = self.index.first_candidate(h) {
-                    let e = &self.entries[(r >> 1) as usize];
-                    // An entry spans two or three cache lines: one load in each.
-                    sink ^= u64::from(e.key.src_port) ^ e.bytes[0];
-                    sink ^= u64::from(e.window.maxwin[1]);
-                }
+                self.prefetch_entry(h);
             }
-            std::hint::black_box(sink);
             for ((k, &h), o) in keys.iter().zip(&hashes).zip(out.iter_mut()) {
-                let entries = &self.entries;
-                *o = self
-                    .index
-                    .find(h, |r| entries[(r >> 1) as usize].matches(r, k))
-                    .map(|r| (ConnId(r >> 1), Dir::from_bit(r)));
+                *o = self.lookup_hashed(k, h);
             }
         }
     }
@@ -434,20 +476,22 @@ impl ConnTable {
         remote_port: u16,
         nat: Nat,
     ) -> bool {
-        let key = FlowKey {
-            src: *remote,
-            dst: nat.addr.to_ipv6_mapped().octets(),
-            src_port: if is_icmp(proto) {
-                nat.port
-            } else {
-                remote_port
-            },
-            dst_port: nat.port,
-            network: zone,
-            proto,
-            family: Family::V4,
-        };
-        self.lookup(&key).is_some()
+        self.lookup(&nat_tuple(zone, proto, remote, remote_port, nat))
+            .is_some()
+    }
+
+    /// The [`hash`](Self::hash) of an external tuple as
+    /// [`nat_tuple_in_use`](Self::nat_tuple_in_use) takes it, prefetching its bucket.
+    #[inline]
+    pub fn hash_nat_tuple(
+        &self,
+        zone: u16,
+        proto: u8,
+        remote: &[u8; 16],
+        remote_port: u16,
+        nat: Nat,
+    ) -> KeyHash {
+        self.hash(&nat_tuple(zone, proto, remote, remote_port, nat))
     }
 
     /// Creates an entry for the first packet of a connection (original direction),

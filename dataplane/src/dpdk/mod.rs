@@ -7,6 +7,7 @@ pub mod eal;
 pub mod ethdev;
 pub mod lcore;
 pub mod mbuf;
+pub mod memory;
 pub mod mempool;
 pub mod ring;
 pub mod rte_lpm;
@@ -84,4 +85,17 @@ pub fn rdtsc() -> u64 {
 pub fn tsc_hz() -> u64 {
     // SAFETY: plain getter; returns 0 before EAL init.
     unsafe { ferrule_ffi::rte_get_tsc_hz() }
+}
+
+/// CPU time the calling thread has used (`CLOCK_THREAD_CPUTIME_ID`): for benchmarks on
+/// shared machines, where wall time also counts the time other processes had the CPU.
+pub fn thread_cpu_time() -> std::time::Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant Linux
+    // supports. On failure `ts` stays zero.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }

@@ -6,7 +6,8 @@
 
 use super::{trace, Action, Parsed, Stage, Tracer};
 use crate::conntrack::{
-    ConnId, ConnTable, CtConfig, Dir, InsertError, L4Info, Millis, Nat, TrackVerdict,
+    ConnId, ConnTable, CtConfig, Dir, InsertError, KeyHash, L4Info, MemoryAdvice, Millis, Nat,
+    TrackVerdict,
 };
 use crate::counters::DropReason;
 use crate::flow::{Family, FlowKey};
@@ -38,12 +39,31 @@ pub struct Conntrack {
     pub no_handoff: bool,
 }
 
+/// How [`Conntrack::new`] backs its table: on transparent huge pages with the DPDK
+/// layer (the worker's case), on ordinary pages without it.
+#[cfg(feature = "dpdk")]
+type TableMemory = crate::dpdk::memory::HugePages;
+#[cfg(not(feature = "dpdk"))]
+type TableMemory = crate::conntrack::NoAdvice;
+
 impl Conntrack {
-    /// Worker `worker` of `workers`, with its table preallocated.
+    /// Worker `worker` of `workers`, with its table preallocated (on transparent huge
+    /// pages when the DPDK layer is built).
     pub fn new(cfg: &CtConfig, worker: u16, workers: u16, recheck: bool) -> Conntrack {
+        Self::new_in(cfg, worker, workers, recheck, &TableMemory::default())
+    }
+
+    /// [`new`](Self::new) with the table's memory backed as `advice` says.
+    pub fn new_in(
+        cfg: &CtConfig,
+        worker: u16,
+        workers: u16,
+        recheck: bool,
+        advice: &impl MemoryAdvice,
+    ) -> Conntrack {
         let seed = 0x9E37_79B9_7F4A_7C15u64 ^ (u64::from(worker) << 32) ^ std::process::id() as u64;
         Conntrack {
-            table: ConnTable::with_seed(cfg, seed),
+            table: ConnTable::with_seed_in(cfg, seed, advice),
             alloc: PortAllocator::new(worker, workers, seed.rotate_left(17)),
             worker,
             workers: workers.max(1),
@@ -159,6 +179,21 @@ pub fn lookup<T: Tracer>(
     frame: &mut [u8],
     t: &mut T,
 ) -> Result<CtMark, Action> {
+    let hash = ct.table.hash(&parsed.key);
+    lookup_hashed(snap, ct, parsed, hash, frame, t)
+}
+
+/// [`lookup`] with the packet's key already hashed by `ct.table.hash` (the pipeline
+/// hashes a whole burst first, so that its table misses overlap).
+#[inline]
+pub fn lookup_hashed<T: Tracer>(
+    snap: &Snapshot,
+    ct: &mut Conntrack,
+    parsed: &mut Parsed,
+    hash: KeyHash,
+    frame: &mut [u8],
+    t: &mut T,
+) -> Result<CtMark, Action> {
     let owner = owner(parsed, frame, &snap.snat, ct.workers);
     if owner != ct.worker && !ct.no_handoff {
         trace!(t, Stage::Conntrack, "owned by worker {}: handed off", owner);
@@ -169,7 +204,7 @@ pub fn lookup<T: Tracer>(
         return Ok(CtMark::None);
     }
     let len = parsed.l3_len as u32;
-    if let Some((id, dir)) = ct.table.lookup(&parsed.key) {
+    if let Some((id, dir)) = ct.table.lookup_hashed(&parsed.key, hash) {
         let l4 = l4_info(parsed, frame);
         match ct.table.track(id, dir, &l4, len, ct.now) {
             TrackVerdict::Invalid => {
@@ -323,6 +358,41 @@ fn masquerades(
             _ => false,
         }
         && snap.snat.applies(Ipv4Addr::from(key.dst_v4()))
+}
+
+/// A hint before the commit stage, for each packet of a burst in commit order: when
+/// the packet is the first of a masqueraded connection, prefetches the index bucket of
+/// the external tuple the SNAT allocator will try first (`ahead` is a copy of the
+/// worker's allocator, advanced as the commits will advance it), so that the burst's
+/// allocation probes do not each wait for memory. Changes nothing but the caches.
+#[allow(clippy::too_many_arguments)]
+pub fn prefetch_snat(
+    snap: &Snapshot,
+    ct: &Conntrack,
+    input: &PortState,
+    output: &PortState,
+    parsed: &Parsed,
+    mark: CtMark,
+    frame: &[u8],
+    ahead: &mut PortAllocator,
+) {
+    if mark != CtMark::None || !masquerades(snap, input, output, parsed, frame) {
+        return;
+    }
+    let (Some(addr), Some(port)) = (
+        snap.snat.snat_addr(),
+        ahead.allocate(&snap.snat.ports, |_| false),
+    ) else {
+        return;
+    };
+    let key = &parsed.key;
+    ct.table.hash_nat_tuple(
+        key.network,
+        key.proto,
+        &key.dst,
+        key.dst_port,
+        Nat { addr, port },
+    );
 }
 
 /// The commit stage, after the egress ACLs, for a packet about to leave through

@@ -20,6 +20,7 @@ pub mod synth;
 use crate::acl::rule::Action as RuleAction;
 use crate::acl::table::{Direction, Table};
 use crate::acl::FlowKey;
+use crate::conntrack::KeyHash;
 use crate::counters::DropReason;
 use crate::lpm;
 use crate::snapshot::{NextHopEntry, PortRole, PortState, Snapshot};
@@ -234,6 +235,8 @@ pub struct Scratch {
     members: [u16; MAX_BURST],
     /// Per packet, what conntrack found.
     ct: [CtMark; MAX_BURST],
+    /// Per packet of `ok`, its key's conntrack hash.
+    hash: [KeyHash; MAX_BURST],
     acl: AclScratch,
 }
 
@@ -250,6 +253,7 @@ impl Default for Scratch {
             hop: [(0, None); MAX_BURST],
             members: [0; MAX_BURST],
             ct: [CtMark::None; MAX_BURST],
+            hash: [KeyHash::default(); MAX_BURST],
             acl: AclScratch {
                 keys: [FlowKey::default(); MAX_BURST],
                 results: [0; MAX_BURST],
@@ -292,10 +296,12 @@ pub fn process_ct<T: Tracer>(
     actions[0]
 }
 
-/// Runs a burst received on `in_port` through the pipeline, stage by stage: parse, l2
-/// and local handling for every packet; one batched route lookup for all IPv4
-/// packets left; then next hop, MTU, neighbour and rewrite. `actions[i]` receives the
-/// verdict of frame `i`.
+/// Runs a burst received on `in_port` through the pipeline, stage by stage: parse and
+/// l2 for every packet; the conntrack lookup for the burst (keys hashed and table
+/// lines prefetched first, then each packet in order); local and ttl; the ingress
+/// ACL; one batched route lookup for all IPv4 packets left; the egress ACLs; then
+/// MTU, conntrack commit and NAT, next hop, neighbour and rewrite. `actions[i]`
+/// receives the verdict of frame `i`.
 pub fn process_burst<F: Frames + ?Sized, T: Tracer>(
     snap: &Snapshot,
     in_port: u16,
@@ -311,7 +317,7 @@ pub fn process_burst<F: Frames + ?Sized, T: Tracer>(
         actions[..n].fill(Action::Drop(DropReason::Malformed));
         return;
     };
-    // Stage 1: parse, l2, local, ttl.
+    // Stage 1: parse and l2 (ARP answered here).
     for i in 0..PREFETCH_AHEAD.min(n) {
         frames.prefetch(i);
     }
@@ -323,14 +329,7 @@ pub fn process_burst<F: Frames + ?Sized, T: Tracer>(
         frames.prefetch(i + PREFETCH_AHEAD);
         s.ct[i] = CtMark::None;
         s.acl.reflect[i] = false;
-        match front(
-            snap,
-            port,
-            frames.frame_mut(i),
-            ct.as_deref_mut(),
-            &mut s.ct[i],
-            t,
-        ) {
+        match front(snap, port, frames.frame_mut(i), t) {
             Ok(parsed) => {
                 s.parsed[i] = parsed;
                 s.ok[n_ok] = i as u16;
@@ -339,6 +338,51 @@ pub fn process_burst<F: Frames + ?Sized, T: Tracer>(
             Err(a) => *action = a,
         }
     }
+    // Stage 1b: conntrack, batched: hash every key (prefetching its index bucket), then
+    // prefetch the entries the buckets point to, so the burst's table misses overlap;
+    // then, packet by packet and in order, the lookup proper (owner, track, replies
+    // translated back).
+    if let Some(ct) = ct.as_deref_mut() {
+        for k in 0..n_ok {
+            s.hash[k] = ct.table.hash(&s.parsed[usize::from(s.ok[k])].key);
+        }
+        for &h in &s.hash[..n_ok] {
+            ct.table.prefetch_entry(h);
+        }
+        let mut kept = 0usize;
+        for k in 0..n_ok {
+            let i = usize::from(s.ok[k]);
+            match ct::lookup_hashed(
+                snap,
+                ct,
+                &mut s.parsed[i],
+                s.hash[k],
+                frames.frame_mut(i),
+                t,
+            ) {
+                Ok(mark) => {
+                    s.ct[i] = mark;
+                    s.ok[kept] = i as u16;
+                    kept += 1;
+                }
+                Err(a) => actions[i] = a,
+            }
+        }
+        n_ok = kept;
+    }
+    // Stage 1c: local (echo and ND for Ferrule's own addresses) and ttl.
+    let mut kept = 0usize;
+    for k in 0..n_ok {
+        let i = usize::from(s.ok[k]);
+        match local_ttl(snap, port, &s.parsed[i], frames.frame_mut(i), t) {
+            Ok(()) => {
+                s.ok[kept] = i as u16;
+                kept += 1;
+            }
+            Err(a) => actions[i] = a,
+        }
+    }
+    n_ok = kept;
     // Stage 2: the input port's ingress ACL, one batch (a burst has one input port);
     // tracked packets that may skip it keep their place.
     if let Some(table) = snap.acl.attached(in_port, Direction::Ingress) {
@@ -413,7 +457,28 @@ pub fn process_burst<F: Frames + ?Sized, T: Tracer>(
     if snap.acl.any_egress {
         n_routed = egress_acl(snap, s, n_routed, &*frames, actions, t);
     }
-    // Stage 5: MTU, conntrack commit and NAT, neighbour, rewrite.
+    // Stage 5: MTU, conntrack commit and NAT, neighbour, rewrite. First a hint: the
+    // table buckets the burst's SNAT allocations will probe, prefetched together.
+    if let Some(ct) = ct.as_deref() {
+        if snap.snat.snat_addr().is_some() {
+            let mut ahead = ct.alloc.clone();
+            for &i in &s.routed[..n_routed] {
+                let i = usize::from(i);
+                if let Some(output) = snap.ports.get(usize::from(s.hop[i].0)) {
+                    ct::prefetch_snat(
+                        snap,
+                        ct,
+                        port,
+                        output,
+                        &s.parsed[i],
+                        s.ct[i],
+                        frames.frame(i),
+                        &mut ahead,
+                    );
+                }
+            }
+        }
+    }
     for &i in &s.routed[..n_routed] {
         let i = usize::from(i);
         let (out, via) = s.hop[i];
@@ -618,18 +683,16 @@ fn v4_octets(mapped: &[u8; 16]) -> [u8; 4] {
     [mapped[12], mapped[13], mapped[14], mapped[15]]
 }
 
-/// Parse, l2, local and ttl: `Ok(parsed)` when the packet goes on to routing, else the
-/// action that ends its path here.
+/// Parse and l2: `Ok(parsed)` when the packet goes on to conntrack, local and ttl,
+/// else the action that ends its path here (ARP is answered here).
 #[inline(always)]
 fn front<T: Tracer>(
     snap: &Snapshot,
     port: &PortState,
     frame: &mut [u8],
-    ct: Option<&mut Conntrack>,
-    mark: &mut CtMark,
     t: &mut T,
 ) -> Result<Parsed, Action> {
-    let mut parsed = match parse::parse(frame, port.network) {
+    let parsed = match parse::parse(frame, port.network) {
         Ok(p) => p,
         Err(reason) => {
             trace!(
@@ -676,10 +739,20 @@ fn front<T: Tracer>(
     if parsed.is_arp() {
         return Err(local::arp(port, frame, t));
     }
-    if let Some(ct) = ct {
-        *mark = ct::lookup(snap, ct, &mut parsed, frame, t)?;
-    }
-    if let Some(action) = local::input(port, &parsed, frame, t) {
+    Ok(parsed)
+}
+
+/// Local and ttl, after conntrack: `Ok` when the packet goes on to routing, else the
+/// action that ends its path here.
+#[inline(always)]
+fn local_ttl<T: Tracer>(
+    snap: &Snapshot,
+    port: &PortState,
+    parsed: &Parsed,
+    frame: &mut [u8],
+    t: &mut T,
+) -> Result<(), Action> {
+    if let Some(action) = local::input(port, parsed, frame, t) {
         return Err(action);
     }
     if parsed.ttl <= 1 {
@@ -692,7 +765,7 @@ fn front<T: Tracer>(
                 "{} is one of Ferrule's addresses",
                 parsed.key.dst_ip()
             );
-            return Err(local::answer(port, &parsed, frame, t));
+            return Err(local::answer(port, parsed, frame, t));
         }
         trace!(
             t,
@@ -707,7 +780,7 @@ fn front<T: Tracer>(
         });
     }
     trace!(t, Stage::Ttl, "ttl {} -> {}", parsed.ttl, parsed.ttl - 1);
-    Ok(parsed)
+    Ok(())
 }
 
 /// Route, given the looked-up next hop: `Ok((output port, gateway))` for a packet to

@@ -1,0 +1,747 @@
+//! Criterion benchmark of the whole conntrack and SNAT path in memory (issue 5): frames
+//! built once, run through `pipeline::process_burst` in bursts of 32 with a worker's
+//! `Conntrack` and a snapshot that masquerades pod traffic leaving the VPC to the node
+//! IP and attaches a `reflect`-everything ingress table to the pod port.
+//!
+//! - `established_<n>`: `n` masqueraded TCP connections (1k and 1M), a stream of pure
+//!   ACKs over random connections, bursts alternating between the original direction
+//!   (pod port: parse, l2, ct lookup + track, ACL skipped, route, SNAT rewrite with
+//!   incremental checksums, neighbour, MAC rewrite) and the reply direction (uplink:
+//!   lookup + track, un-SNAT rewrite, route to the pod, MAC rewrite);
+//! - `new_connections`: SYNs of distinct tuples from the pod port (ct miss, ingress ACL
+//!   with the reflect rule, route, SNAT port allocation, insert, SNAT rewrite) into a
+//!   table filling from empty to 1M (flushed, untimed, when full);
+//! - `*_ct_off`: the same frames (replies addressed to the pods) with conntrack off (no
+//!   SNAT, no ACL, no `Conntrack`): the in-run baseline.
+//!
+//! A summary at the end prints each case's median rate and its ratio to the baseline.
+//!
+//! `cargo bench -p ferrule-perf --bench conntrack_path -- --warm-up-time 1 --measurement-time 3`
+//!
+//! Environment: `FERRULE_BENCH_CONNS` (comma-separated connection counts, default
+//! `1000,1000000`), `FERRULE_BENCH_NO_BASELINE=1` (skip the conntrack-off runs),
+//! `FERRULE_BENCH_NO_NEW=1` (skip the new-connection case), `FERRULE_BENCH_NO_HUGE=1`
+//! (the table on ordinary 4 KiB pages instead of transparent huge pages),
+//! `FERRULE_BENCH_CPU_TIME=1` (time with the thread's CPU time instead of wall time, on
+//! a machine shared with other work).
+
+use criterion::{black_box, Criterion, Throughput};
+use ferrule_dataplane::acl::table::{AclTables, Table};
+use ferrule_dataplane::acl::{Action as AclAction, Rule};
+use ferrule_dataplane::conntrack::{CtConfig, NoAdvice, BYTES_PER_CONNECTION};
+use ferrule_dataplane::counters::{DropReason, MAX_PORTS};
+use ferrule_dataplane::dpdk::memory::HugePages;
+use ferrule_dataplane::dpdk::thread_cpu_time;
+use ferrule_dataplane::lpm::{Lpm4, Lpm6};
+use ferrule_dataplane::nat::{Cidr4, SnatPolicy, DEFAULT_PORTS};
+use ferrule_dataplane::pipeline::ct::Conntrack;
+use ferrule_dataplane::pipeline::{self, Action, NoTrace, Scratch};
+use ferrule_dataplane::snapshot::{Neighbor, Network, NextHopEntry, PortRole, PortState, Snapshot};
+use ferrule_dataplane::wire::{checksum, EthernetAddress};
+use rand::prelude::*;
+use rustc_hash::FxHashMap;
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const BURST: usize = 32;
+/// Frames in the arena the timed loop runs over (512 KiB); it is refilled, untimed,
+/// from the stream after every pass (the pipeline rewrites frames in place).
+const ARENA: usize = 8192;
+const SEED: u64 = 0x5eed_c7a7;
+const FRAME: usize = 64;
+const POD_PORT: u16 = 0;
+const UPLINK: u16 = 1;
+const GW_MAC: [u8; 6] = [2, 0xfe, 0, 0, 0, 0xa];
+const UPLINK_MAC: [u8; 6] = [2, 0xfe, 0, 0, 0, 0xc];
+const POD_MAC: [u8; 6] = [2, 0, 0, 0, 1, 2];
+const ROUTER_MAC: [u8; 6] = [2, 0, 0, 0, 9, 1];
+const NODE: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
+const ROUTER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+const CISN: u32 = 1000;
+const SISN: u32 = 500_000;
+/// The worker's clock advances as if packets arrived at 30 Mpps.
+const PACKETS_PER_MS: u64 = 30_000;
+/// New-connection case: distinct SYNs (999,424: a whole number of arenas), and the
+/// table size they fill.
+const NEW_CONNS: u32 = 122 * ARENA as u32;
+const NEW_TABLE: u32 = 1 << 20;
+
+type Frame = [u8; FRAME];
+
+const SYN: u8 = 0x02;
+const ACK: u8 = 0x10;
+
+/// Connection `i`: one of 250 pods (10.0.0.1-250) to one of 200 servers (198.18.0.x)
+/// on 443, from a source port unique per pod.
+fn conn(i: u32) -> (Ipv4Addr, u16, Ipv4Addr, u16) {
+    let pod = Ipv4Addr::new(10, 0, 0, (i % 250 + 1) as u8);
+    let sport = 1024 + ((i / 250) % 64_000) as u16;
+    let server = Ipv4Addr::new(198, 18, (i / 250 / 64_000) as u8, (i % 200 + 1) as u8);
+    (pod, sport, server, 443)
+}
+
+/// A 64-byte Ethernet/IPv4/TCP frame (40-byte IP packet, Ethernet padding after it),
+/// TTL 64, checksums valid.
+#[allow(clippy::too_many_arguments)]
+fn tcp_frame(
+    macs: ([u8; 6], [u8; 6]),
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    sport: u16,
+    dport: u16,
+    seq: u32,
+    ack: u32,
+    flags: u8,
+) -> Frame {
+    let mut f = [0u8; FRAME];
+    f[0..6].copy_from_slice(&macs.1);
+    f[6..12].copy_from_slice(&macs.0);
+    f[12..14].copy_from_slice(&[0x08, 0x00]);
+    {
+        let ip = &mut f[14..34];
+        ip[..12].copy_from_slice(&[0x45, 0, 0, 40, 0, 1, 0x40, 0, 64, 6, 0, 0]);
+        ip[12..16].copy_from_slice(&src.octets());
+        ip[16..20].copy_from_slice(&dst.octets());
+        let c = !checksum::data(ip);
+        ip[10..12].copy_from_slice(&c.to_be_bytes());
+    }
+    {
+        let tcp = &mut f[34..54];
+        tcp[0..2].copy_from_slice(&sport.to_be_bytes());
+        tcp[2..4].copy_from_slice(&dport.to_be_bytes());
+        tcp[4..8].copy_from_slice(&seq.to_be_bytes());
+        tcp[8..12].copy_from_slice(&ack.to_be_bytes());
+        tcp[12] = 5 << 4;
+        tcp[13] = flags;
+        tcp[14..16].copy_from_slice(&65_535u16.to_be_bytes());
+    }
+    let c = tcp_checksum(&f);
+    f[50..52].copy_from_slice(&c.to_be_bytes());
+    f
+}
+
+/// The TCP checksum a 64-byte frame built by [`tcp_frame`] should carry.
+fn tcp_checksum(f: &Frame) -> u16 {
+    let src = Ipv4Addr::new(f[26], f[27], f[28], f[29]);
+    let dst = Ipv4Addr::new(f[30], f[31], f[32], f[33]);
+    let mut seg = [0u8; 20];
+    seg.copy_from_slice(&f[34..54]);
+    seg[16..18].fill(0);
+    let ph = checksum::pseudo_header_v4(src, dst, ferrule_dataplane::wire::IpProtocol(6), 20);
+    !checksum::combine(&[ph, checksum::data(&seg)])
+}
+
+/// Whether a frame's IPv4 and TCP checksums verify.
+fn checksums_ok(f: &Frame) -> bool {
+    checksum::data(&f[14..34]) == 0xFFFF && u16::from_be_bytes([f[50], f[51]]) == tcp_checksum(f)
+}
+
+/// Pod port 0 and uplink 1 in one network: 10.0.0.0/8 on the pod port, 192.0.2.0/24
+/// on-link on the uplink with the node IP local, a default route via 192.0.2.1.
+/// `ct_on`: SNAT to the node IP outside 10.0.0.0/8 and 192.0.2.0/24, and a `reflect`
+/// ingress table on the pod port.
+fn snapshot(ct_on: bool) -> Snapshot {
+    let port = |name: &str, role, mac, pod_mac, local| PortState {
+        name: name.into(),
+        dpdk_id: 0,
+        role,
+        network: 0,
+        mac: EthernetAddress(mac),
+        mtu: 1500,
+        pod_mac,
+        local_v4: vec![local],
+        local_v6: Vec::new(),
+        xconnect: None,
+    };
+    let gw4 = Ipv4Addr::new(169, 254, 1, 1);
+    let mut lpm = Lpm4::new();
+    lpm.insert(Ipv4Addr::new(10, 0, 0, 0), 8, 0).expect("route");
+    lpm.insert(Ipv4Addr::UNSPECIFIED, 0, 1).expect("route");
+    lpm.insert(NODE, 32, 2).expect("route");
+    lpm.insert(Ipv4Addr::new(192, 0, 2, 0), 24, 3)
+        .expect("route");
+    let next_hops = vec![
+        NextHopEntry::Port {
+            port: POD_PORT,
+            via: None,
+        },
+        NextHopEntry::Port {
+            port: UPLINK,
+            via: Some(IpAddr::V4(ROUTER)),
+        },
+        NextHopEntry::Local,
+        NextHopEntry::Port {
+            port: UPLINK,
+            via: None,
+        },
+    ];
+    let mut neighbors = FxHashMap::default();
+    neighbors.insert(
+        (0u16, IpAddr::V4(ROUTER)),
+        Neighbor {
+            mac: EthernetAddress(ROUTER_MAC),
+            port: UPLINK,
+        },
+    );
+    let mut snap = Snapshot {
+        generation: 1,
+        ports: vec![
+            port(
+                "pod",
+                PortRole::Pod,
+                GW_MAC,
+                Some(EthernetAddress(POD_MAC)),
+                gw4,
+            ),
+            port("uplink", PortRole::Uplink, UPLINK_MAC, None, NODE),
+        ],
+        networks: vec![Network {
+            name: "default".into(),
+            lpm4: Arc::new(lpm),
+            lpm6: Arc::new(Lpm6::new()),
+            gateway_v4: gw4,
+            gateway_v6: "fe80::1".parse().expect("v6"),
+        }],
+        next_hops: Arc::new(next_hops),
+        neighbors: Arc::new(neighbors),
+        acl: Default::default(),
+        snat: Default::default(),
+    };
+    if ct_on {
+        snap.snat = Arc::new(SnatPolicy {
+            node_ips: vec![NODE],
+            vpc_cidrs: vec![
+                Cidr4 {
+                    addr: Ipv4Addr::new(10, 0, 0, 0),
+                    len: 8,
+                },
+                Cidr4 {
+                    addr: Ipv4Addr::new(192, 0, 2, 0),
+                    len: 24,
+                },
+            ],
+            exclude: Vec::new(),
+            ports: DEFAULT_PORTS.to_vec(),
+        });
+        let reflect = Table::compile(
+            "pod-reflect".into(),
+            vec![Rule::any(AclAction::Reflect)],
+            vec![0],
+            1,
+        )
+        .expect("compile");
+        let mut ingress = [None; MAX_PORTS];
+        ingress[usize::from(POD_PORT)] = Some(0);
+        snap.acl = Arc::new(AclTables::new(
+            vec![Arc::new(reflect)],
+            ingress,
+            [None; MAX_PORTS],
+            None,
+            1,
+        ));
+    }
+    snap
+}
+
+fn huge_pages() -> bool {
+    std::env::var_os("FERRULE_BENCH_NO_HUGE").is_none()
+}
+
+fn conntrack(max: u32) -> Conntrack {
+    let cfg = CtConfig {
+        max_entries: max,
+        max_per_zone: max,
+        ..CtConfig::default()
+    };
+    let mut ct = if huge_pages() {
+        Conntrack::new_in(&cfg, 0, 1, true, &HugePages)
+    } else {
+        Conntrack::new_in(&cfg, 0, 1, true, &NoAdvice)
+    };
+    ct.now = 1_000;
+    ct
+}
+
+/// A burst of 64-byte frames, as the pipeline sees frames.
+struct Slots<'a>(&'a mut [Frame]);
+
+impl pipeline::Frames for Slots<'_> {
+    fn count(&self) -> usize {
+        self.0.len()
+    }
+    fn frame(&self, i: usize) -> &[u8] {
+        &self.0[i]
+    }
+    fn frame_mut(&mut self, i: usize) -> &mut [u8] {
+        &mut self.0[i]
+    }
+}
+
+/// The per-burst state of a pipeline under test.
+struct Worker {
+    snap: Snapshot,
+    ct: Option<Conntrack>,
+    scratch: Box<Scratch>,
+    actions: [Action; BURST],
+    packets: u64,
+}
+
+impl Worker {
+    fn new(snap: Snapshot, ct: Option<Conntrack>) -> Worker {
+        Worker {
+            snap,
+            ct,
+            scratch: Box::default(),
+            actions: [Action::Drop(DropReason::Malformed); BURST],
+            packets: 0,
+        }
+    }
+
+    /// One burst received on `port`.
+    #[inline(always)]
+    fn burst(&mut self, port: u16, frames: &mut [Frame]) {
+        if let Some(ct) = self.ct.as_mut() {
+            ct.now = 1_000 + self.packets / PACKETS_PER_MS;
+        }
+        let n = frames.len();
+        self.packets += n as u64;
+        pipeline::process_burst(
+            &self.snap,
+            port,
+            &mut Slots(frames),
+            &mut self.actions[..n],
+            &mut self.scratch,
+            self.ct.as_mut(),
+            &mut NoTrace,
+        );
+    }
+
+    /// Runs `frames` (bursts received on the port `port_of(burst index)`) and checks
+    /// that every packet is forwarded to the port `expect(burst index)`.
+    fn run_checked(
+        &mut self,
+        frames: &mut [Frame],
+        port_of: impl Fn(usize) -> u16,
+        expect: impl Fn(usize) -> u16,
+    ) {
+        for (b, burst) in frames.chunks_mut(BURST).enumerate() {
+            self.burst(port_of(b), burst);
+            for a in &self.actions[..burst.len()] {
+                assert_eq!(*a, Action::Forward { port: expect(b) }, "burst {b}");
+            }
+        }
+    }
+}
+
+/// Ports of a stream's bursts: even bursts come from the pods, odd ones from the uplink.
+fn alternating(b: usize) -> u16 {
+    if b.is_multiple_of(2) {
+        POD_PORT
+    } else {
+        UPLINK
+    }
+}
+
+fn other_side(b: usize) -> u16 {
+    if b.is_multiple_of(2) {
+        UPLINK
+    } else {
+        POD_PORT
+    }
+}
+
+/// Times `iters` bursts of `stream`, cycling through it: each pass over the arena is
+/// timed, the arena refilled (untimed) from the stream between passes.
+struct Runner {
+    stream: Vec<Frame>,
+    arena: Vec<Frame>,
+    /// Next stream position to refill from, and the position in the arena.
+    next: usize,
+    pos: usize,
+}
+
+impl Runner {
+    fn new(stream: Vec<Frame>) -> Runner {
+        let arena = stream[..ARENA.min(stream.len())].to_vec();
+        Runner {
+            next: arena.len() % stream.len(),
+            stream,
+            arena,
+            pos: 0,
+        }
+    }
+
+    /// Returns the time taken; `burst(index in stream order, frames)` runs one burst.
+    fn run(&mut self, iters: u64, mut burst: impl FnMut(usize, &mut [Frame])) -> Duration {
+        let mut total = Duration::ZERO;
+        let mut left = iters as usize;
+        let n = self.arena.len();
+        while left > 0 {
+            if self.pos == n {
+                let end = self.next + n;
+                self.arena.copy_from_slice(&self.stream[self.next..end]);
+                self.next = end % self.stream.len();
+                self.pos = 0;
+            }
+            let bursts = left.min((n - self.pos) / BURST);
+            let start = Clock::now();
+            for b in 0..bursts {
+                let at = self.pos + b * BURST;
+                burst(at / BURST, &mut self.arena[at..at + BURST]);
+            }
+            total += start.elapsed();
+            left -= bursts;
+            self.pos += bursts * BURST;
+        }
+        total
+    }
+}
+
+/// The timer: wall time, or with `FERRULE_BENCH_CPU_TIME=1` the thread's CPU time (on
+/// a shared machine wall time also counts the time other processes had the CPU).
+enum Clock {
+    Wall(Instant),
+    Cpu(Duration),
+}
+
+impl Clock {
+    #[inline(always)]
+    fn now() -> Clock {
+        if cpu_time() {
+            Clock::Cpu(thread_cpu_time())
+        } else {
+            Clock::Wall(Instant::now())
+        }
+    }
+
+    #[inline(always)]
+    fn elapsed(&self) -> Duration {
+        match self {
+            Clock::Wall(t) => t.elapsed(),
+            Clock::Cpu(t) => thread_cpu_time().saturating_sub(*t),
+        }
+    }
+}
+
+fn cpu_time() -> bool {
+    static CPU: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *CPU.get_or_init(|| std::env::var_os("FERRULE_BENCH_CPU_TIME").is_some())
+}
+
+/// Per-case samples (ns per packet) for the summary.
+type Samples = RefCell<BTreeMap<String, Vec<f64>>>;
+
+fn record(samples: &Samples, name: &str, iters: u64, t: Duration) {
+    samples
+        .borrow_mut()
+        .entry(name.to_string())
+        .or_default()
+        .push(t.as_nanos() as f64 / (iters as f64 * BURST as f64));
+}
+
+/// Sets up `n` masqueraded connections through the pipeline (SYN, SYN-ACK, ACK) and
+/// returns the worker with the stream of established packets, and the same stream for
+/// the conntrack-off baseline (replies addressed to the pods).
+fn established(n: u32, stream_len: usize) -> (Worker, Vec<Frame>, Vec<Frame>) {
+    let max = n.next_power_of_two().max(262_144);
+    let mut w = Worker::new(snapshot(true), Some(conntrack(max)));
+    let start = Instant::now();
+    // SYNs: learn each connection's SNAT port from the masqueraded frame.
+    let mut nat_ports = Vec::with_capacity(n as usize);
+    let mut frames: Vec<Frame> = Vec::with_capacity(BURST);
+    let mut i = 0u32;
+    while i < n {
+        frames.clear();
+        for j in i..(i + BURST as u32).min(n) {
+            let (pod, sport, server, dport) = conn(j);
+            frames.push(tcp_frame(
+                (POD_MAC, GW_MAC),
+                pod,
+                server,
+                sport,
+                dport,
+                CISN,
+                0,
+                SYN,
+            ));
+        }
+        w.run_checked(&mut frames, |_| POD_PORT, |_| UPLINK);
+        for f in &frames {
+            assert_eq!(f[26..30], NODE.octets());
+            assert!(checksums_ok(f), "SNAT keeps checksums valid");
+            nat_ports.push(u16::from_be_bytes([f[34], f[35]]));
+        }
+        i += BURST as u32;
+    }
+    let synack = |j: u32| {
+        let (_, _, server, dport) = conn(j);
+        tcp_frame(
+            (ROUTER_MAC, UPLINK_MAC),
+            server,
+            NODE,
+            dport,
+            nat_ports[j as usize],
+            SISN,
+            CISN + 1,
+            SYN | ACK,
+        )
+    };
+    let ack = |j: u32| {
+        let (pod, sport, server, dport) = conn(j);
+        tcp_frame(
+            (POD_MAC, GW_MAC),
+            pod,
+            server,
+            sport,
+            dport,
+            CISN + 1,
+            SISN + 1,
+            ACK,
+        )
+    };
+    let mut handshake: Vec<Frame> = (0..n).map(synack).collect();
+    w.run_checked(&mut handshake, |_| UPLINK, |_| POD_PORT);
+    let mut handshake: Vec<Frame> = (0..n).map(ack).collect();
+    w.run_checked(&mut handshake, |_| POD_PORT, |_| UPLINK);
+    let ct = w.ct.as_ref().expect("ct");
+    assert_eq!(ct.table.len(), n as usize);
+    println!(
+        "conntrack_path: {n} connections set up through the pipeline in {:.2?}; table of \
+         {max}: {:.1} MiB, {BYTES_PER_CONNECTION} bytes per connection",
+        start.elapsed(),
+        ct.table.memory_bytes() as f64 / f64::from(1 << 20),
+    );
+
+    // The stream: even bursts original-direction ACKs, odd bursts reply ACKs, each of
+    // a random connection.
+    let mut rng = StdRng::seed_from_u64(SEED ^ u64::from(n));
+    let mut on = Vec::with_capacity(stream_len);
+    let mut off = Vec::with_capacity(stream_len);
+    for k in 0..stream_len {
+        let j = rng.gen_range(0..n);
+        let (pod, sport, server, dport) = conn(j);
+        if (k / BURST).is_multiple_of(2) {
+            let f = ack(j);
+            on.push(f);
+            off.push(f);
+        } else {
+            let reply = |dst, port| {
+                tcp_frame(
+                    (ROUTER_MAC, UPLINK_MAC),
+                    server,
+                    dst,
+                    dport,
+                    port,
+                    SISN + 1,
+                    CISN + 1,
+                    ACK,
+                )
+            };
+            on.push(reply(NODE, nat_ports[j as usize]));
+            off.push(reply(pod, sport));
+        }
+    }
+    (w, on, off)
+}
+
+fn bench_established(c: &mut Criterion, n: u32, samples: &Samples, baseline: bool) {
+    // 1M frames for the large table (64 MiB: connections far apart), 64k for the small.
+    let stream_len = if n > 100_000 { 1 << 20 } else { 1 << 16 };
+    let (mut w, on, off) = established(n, stream_len);
+    // Outside the timings: a full pass, every packet forwarded the right way, and the
+    // rewrites right (a reply comes out to the pod, checksums valid).
+    let mut check = on[..ARENA].to_vec();
+    w.run_checked(&mut check, alternating, other_side);
+    assert!(check.iter().all(checksums_ok));
+    assert_eq!(check[BURST][30..34], conn_pod_of(&off[BURST]).octets());
+    assert_eq!(check[0][26..30], NODE.octets());
+
+    let name = format!("conntrack_path_established_{}", label(n));
+    let mut g = c.benchmark_group(&name);
+    g.throughput(Throughput::Elements(BURST as u64));
+    let mut runner = Runner::new(on);
+    g.bench_function("ct_snat", |b| {
+        b.iter_custom(|iters| {
+            let t = runner.run(iters, |k, burst| {
+                w.burst(alternating(k), burst);
+                black_box(&w.actions);
+            });
+            record(samples, &format!("{name}/ct_snat"), iters, t);
+            t
+        })
+    });
+    let stats = *w.ct.as_ref().expect("ct").table.stats();
+    assert_eq!(stats.invalid, 0, "{stats:?}");
+    drop(runner);
+    drop(w);
+    if baseline {
+        let mut w = Worker::new(snapshot(false), None);
+        let mut check = off[..ARENA].to_vec();
+        w.run_checked(&mut check, alternating, other_side);
+        let mut runner = Runner::new(off);
+        g.bench_function("ct_off", |b| {
+            b.iter_custom(|iters| {
+                let t = runner.run(iters, |k, burst| {
+                    w.burst(alternating(k), burst);
+                    black_box(&w.actions);
+                });
+                record(samples, &format!("{name}/ct_off"), iters, t);
+                t
+            })
+        });
+    }
+    g.finish();
+}
+
+/// The destination of a baseline reply frame (a pod).
+fn conn_pod_of(f: &Frame) -> Ipv4Addr {
+    Ipv4Addr::new(f[30], f[31], f[32], f[33])
+}
+
+fn label(n: u32) -> String {
+    if n >= 1_000_000 && n.is_multiple_of(1_000_000) {
+        format!("{}M", n / 1_000_000)
+    } else if n >= 1000 && n.is_multiple_of(1000) {
+        format!("{}k", n / 1000)
+    } else {
+        n.to_string()
+    }
+}
+
+fn bench_new(c: &mut Criterion, samples: &Samples, baseline: bool) {
+    let syns: Vec<Frame> = (0..NEW_CONNS)
+        .map(|j| {
+            let (pod, sport, server, dport) = conn(j);
+            tcp_frame((POD_MAC, GW_MAC), pod, server, sport, dport, CISN, 0, SYN)
+        })
+        .collect();
+    let name = "conntrack_path_new_connections".to_string();
+    let mut g = c.benchmark_group(&name);
+    g.throughput(Throughput::Elements(BURST as u64));
+    let mut w = Worker::new(snapshot(true), Some(conntrack(NEW_TABLE)));
+    {
+        let mut check = syns[..ARENA].to_vec();
+        w.run_checked(&mut check, |_| POD_PORT, |_| UPLINK);
+        assert!(check.iter().all(checksums_ok));
+        let ct = w.ct.as_mut().expect("ct");
+        assert_eq!(ct.table.len(), ARENA);
+        ct.table.remove_matching(|_, _| true);
+    }
+    let mut runner = Runner::new(syns.clone());
+    let mut inserted = 0usize;
+    g.bench_function("miss_acl_insert_snat", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            let mut left = iters;
+            while left > 0 {
+                // Flush (untimed) when the stream starts over: its tuples are new again.
+                let until_wrap = ((syns.len() - inserted) / BURST) as u64;
+                if until_wrap == 0 {
+                    let ct = w.ct.as_mut().expect("ct");
+                    assert_eq!(ct.table.len(), syns.len());
+                    ct.table.remove_matching(|_, _| true);
+                    inserted = 0;
+                    continue;
+                }
+                let now = left.min(until_wrap);
+                total += runner.run(now, |_, burst| {
+                    w.burst(POD_PORT, burst);
+                    black_box(&w.actions);
+                });
+                inserted += now as usize * BURST;
+                left -= now;
+            }
+            record(samples, &format!("{name}/ct_snat"), iters, total);
+            total
+        })
+    });
+    let stats = *w.ct.as_ref().expect("ct").table.stats();
+    assert_eq!(
+        stats.clashes + stats.table_full + stats.invalid,
+        0,
+        "{stats:?}"
+    );
+    drop(runner);
+    drop(w);
+    if baseline {
+        let mut w = Worker::new(snapshot(false), None);
+        let mut runner = Runner::new(syns);
+        g.bench_function("ct_off", |b| {
+            b.iter_custom(|iters| {
+                let t = runner.run(iters, |_, burst| {
+                    w.burst(POD_PORT, burst);
+                    black_box(&w.actions);
+                });
+                record(samples, &format!("{name}/ct_off"), iters, t);
+                t
+            })
+        });
+    }
+    g.finish();
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    // `cargo test --all-targets` runs benches without --bench: skip the slow set-up.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!(
+            "conntrack_path: a benchmark; run it with \
+             `cargo bench -p ferrule-perf --bench conntrack_path`"
+        );
+        return;
+    }
+    let conns: Vec<u32> = std::env::var("FERRULE_BENCH_CONNS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![1_000, 1_000_000]);
+    let baseline = std::env::var_os("FERRULE_BENCH_NO_BASELINE").is_none();
+    println!(
+        "conntrack_path: table memory on {}, timed with {}",
+        if huge_pages() {
+            "transparent huge pages (madvise)"
+        } else {
+            "4 KiB pages"
+        },
+        if cpu_time() {
+            "thread CPU time"
+        } else {
+            "wall time"
+        }
+    );
+    let samples = Samples::default();
+    let mut c = Criterion::default().configure_from_args();
+    for &n in &conns {
+        bench_established(&mut c, n, &samples, baseline);
+    }
+    if std::env::var_os("FERRULE_BENCH_NO_NEW").is_none() {
+        bench_new(&mut c, &samples, baseline);
+    }
+    c.final_summary();
+
+    println!("\nconntrack_path summary (median of criterion's samples, per packet):");
+    let samples = samples.into_inner();
+    for (name, v) in &samples {
+        let Some(group) = name.strip_suffix("/ct_snat") else {
+            continue;
+        };
+        let ns = median(v);
+        let off = samples.get(&format!("{group}/ct_off")).map(|o| median(o));
+        print!("  {group}: {ns:.1} ns, {:.2} Mpps", 1e3 / ns);
+        match off {
+            Some(o) => println!(
+                " | ct off {o:.1} ns, {:.2} Mpps | ct on / ct off = {:.2}",
+                1e3 / o,
+                o / ns
+            ),
+            None => println!(),
+        }
+    }
+}
