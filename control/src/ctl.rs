@@ -26,6 +26,7 @@ use crate::table::Table;
 
 pub mod acl;
 pub mod ct;
+pub mod policy;
 pub mod port;
 pub mod vpc;
 
@@ -181,6 +182,12 @@ count, like `vppctl show errors`.")]
         command: vpc::VpcCommand,
     },
 
+    /// Render Kubernetes NetworkPolicies into ACL tables; verdicts; apply once.
+    #[command(long_about = policy::POLICY_LONG_ABOUT)]
+    Policy {
+        #[command(subcommand)]
+        command: policy::PolicyCommand,
+    },
 
     /// Trace a synthetic packet through the pipeline, or capture real ones.
     // Not `args_conflicts_with_subcommands`: it would refuse the global options too
@@ -591,6 +598,7 @@ pub fn run(cli: &Cli, out: &mut dyn Write) -> Result<(), CtlError> {
         Command::Neigh { ref command } => neigh(&mut ctx, command),
         Command::Acl { ref command } => acl::run(&mut ctx, command),
         Command::Vpc { ref command } => vpc::run(&mut ctx, command),
+        Command::Policy { ref command } => policy::run(&mut ctx, command),
         Command::Ct { ref command } => ct::run(&mut ctx, command),
         Command::Nat { ref command } => ct::run_nat(&mut ctx, command),
         Command::Trace(ref args) => trace(&mut ctx, args),

@@ -9,6 +9,7 @@ pub mod config;
 pub mod ctl;
 pub mod daemon;
 pub mod fib;
+pub mod policy;
 pub mod resolver;
 pub mod rpc;
 pub mod server;

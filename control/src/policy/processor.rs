@@ -1,0 +1,264 @@
+//! The policy processor: resolves every policy's selectors against the cache (the pods
+//! it applies to, the pods each rule's peers select, ipBlock pieces), keeps those
+//! memberships up to date one change at a time, and says which pods a change may
+//! affect — the pods a changed policy selected before or after; for a changed pod,
+//! itself and the pods of every policy whose peers held it before or after; for a
+//! changed namespace, the pods of policies whose namespace selectors matched it.
+//! Pods without an IP address yet (and host-network or finished pods) are postponed:
+//! they are neither targets nor peers until they have one.
+
+use super::cache::{Cache, Key, Kind, NetworkPolicy, Object, Peer, Pod, PolicyRule, PortRef};
+use super::selector::Labels;
+use ferrule_dataplane::acl::Prefix;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// One rule of a policy with its peers resolved.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResolvedRule {
+    /// No `from`/`to`: every endpoint.
+    pub all_peers: bool,
+    /// Active pods the peers select.
+    pub pods: BTreeSet<Key>,
+    /// ipBlock prefixes (after `except`).
+    pub blocks: Vec<Prefix>,
+}
+
+/// A policy with its selectors resolved.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Resolved {
+    /// Active pods the policy applies to.
+    pub targets: BTreeSet<Key>,
+    /// Per `ingress[]` rule (only when the policy isolates for ingress).
+    pub ingress: Vec<ResolvedRule>,
+    /// Per `egress[]` rule (only when the policy isolates for egress).
+    pub egress: Vec<ResolvedRule>,
+}
+
+/// Resolved memberships of every policy.
+#[derive(Debug, Clone, Default)]
+pub struct Processor {
+    pub resolved: BTreeMap<Key, Resolved>,
+}
+
+fn rules_of(p: &NetworkPolicy) -> [(&[PolicyRule], bool); 2] {
+    [
+        (p.ingress.as_deref().unwrap_or(&[]), false),
+        (p.egress.as_deref().unwrap_or(&[]), true),
+    ]
+}
+
+/// Whether a rule names ports that depend on every pod (egress to all endpoints with
+/// a named port: each destination pod resolves the name itself).
+fn depends_on_all_pods(rule: &PolicyRule, egress: bool) -> bool {
+    egress
+        && rule.peers.is_none()
+        && rule
+            .ports
+            .iter()
+            .flatten()
+            .any(|p| matches!(p.port, PortRef::Named(_)))
+}
+
+impl Processor {
+    /// Resolves every policy of `cache`.
+    pub fn new(cache: &Cache) -> Processor {
+        let resolved = cache
+            .policies
+            .values()
+            .map(|p| (p.key.clone(), resolve(cache, p)))
+            .collect();
+        Processor { resolved }
+    }
+
+    /// The policies applying to `pod`, in key order.
+    pub fn policies_of<'a>(
+        &'a self,
+        pod: &'a Key,
+    ) -> impl Iterator<Item = (&'a Key, &'a Resolved)> {
+        self.resolved
+            .iter()
+            .filter(move |(_, r)| r.targets.contains(pod))
+    }
+
+    /// Brings the memberships up to date after `cache` changed from `old` (the object
+    /// before, `None` when added) to the object now in `cache` under `(kind, key)`;
+    /// returns the pods whose rules may have changed.
+    pub fn update(
+        &mut self,
+        cache: &Cache,
+        kind: Kind,
+        key: &Key,
+        old: Option<&Object>,
+    ) -> BTreeSet<Key> {
+        let mut affected = BTreeSet::new();
+        match kind {
+            Kind::NetworkPolicy => {
+                if let Some(before) = self.resolved.remove(key) {
+                    affected.extend(before.targets);
+                }
+                if let Some(p) = cache.policies.get(key) {
+                    let r = resolve(cache, p);
+                    affected.extend(r.targets.iter().cloned());
+                    self.resolved.insert(key.clone(), r);
+                }
+            }
+            Kind::Pod => {
+                let old_pod = match old {
+                    Some(Object::Pod(p)) => Some(p),
+                    _ => None,
+                };
+                let new_pod = cache.pods.get(key);
+                if old_pod.is_some() || new_pod.is_some() {
+                    affected.insert(key.clone());
+                }
+                let ns_labels = cache.namespace_labels(&key.namespace);
+                for (pk, r) in self.resolved.iter_mut() {
+                    let Some(policy) = cache.policies.get(pk) else {
+                        continue;
+                    };
+                    let mut touched = false;
+                    let is_target = new_pod.is_some_and(|p| {
+                        p.is_active()
+                            && p.key.namespace == policy.key.namespace
+                            && policy.pod_selector.matches(&p.labels)
+                    });
+                    let was_target = r.targets.contains(key);
+                    if is_target {
+                        r.targets.insert(key.clone());
+                    } else {
+                        r.targets.remove(key);
+                    }
+                    if was_target || is_target {
+                        affected.insert(key.clone());
+                    }
+                    for (rules, egress) in rules_of(policy) {
+                        let resolved = if egress {
+                            &mut r.egress
+                        } else {
+                            &mut r.ingress
+                        };
+                        for (rule, rr) in rules.iter().zip(resolved.iter_mut()) {
+                            if depends_on_all_pods(rule, egress) {
+                                touched = true;
+                            }
+                            let member = new_pod.is_some_and(|p| {
+                                p.is_active()
+                                    && rule.peers.iter().flatten().any(|peer| {
+                                        Cache::peer_selects(
+                                            peer,
+                                            &policy.key.namespace,
+                                            p,
+                                            &ns_labels,
+                                        )
+                                    })
+                            });
+                            let was = rr.pods.contains(key);
+                            if member {
+                                rr.pods.insert(key.clone());
+                            } else {
+                                rr.pods.remove(key);
+                            }
+                            // A member's address or ports may have changed too.
+                            touched |= member || was;
+                        }
+                    }
+                    if touched {
+                        affected.extend(r.targets.iter().cloned());
+                    }
+                }
+            }
+            Kind::Namespace => {
+                let old_labels = match old {
+                    Some(Object::Namespace(n)) => n.labels.clone(),
+                    _ => Labels::new(),
+                };
+                let new_labels = cache.namespace_labels(&key.name);
+                let keys: Vec<Key> = cache
+                    .policies
+                    .values()
+                    .filter(|p| {
+                        rules_of(p).iter().any(|(rules, _)| {
+                            rules
+                                .iter()
+                                .flat_map(|r| r.peers.iter().flatten())
+                                .any(|peer| {
+                                    matches!(peer, Peer::Pods { namespaces: Some(s), .. }
+                                    if s.matches(&old_labels) || s.matches(&new_labels))
+                                })
+                        })
+                    })
+                    .map(|p| p.key.clone())
+                    .collect();
+                for k in keys {
+                    affected.extend(self.update(cache, Kind::NetworkPolicy, &k, None));
+                }
+            }
+        }
+        affected
+    }
+}
+
+/// Resolves one policy against the cache.
+pub fn resolve(cache: &Cache, p: &NetworkPolicy) -> Resolved {
+    let targets = cache
+        .pods_in(&p.key.namespace)
+        .filter(|pod| pod.is_active() && p.pod_selector.matches(&pod.labels))
+        .map(|pod| pod.key.clone())
+        .collect();
+    let ns_names = cache.namespace_names();
+    let resolve_rules = |rules: &[PolicyRule]| -> Vec<ResolvedRule> {
+        rules
+            .iter()
+            .map(|rule| {
+                let mut rr = ResolvedRule::default();
+                let Some(peers) = &rule.peers else {
+                    rr.all_peers = true;
+                    return rr;
+                };
+                for peer in peers {
+                    match peer {
+                        Peer::Block { pieces, .. } => rr.blocks.extend(pieces.iter().copied()),
+                        Peer::Pods { namespaces, pods } => {
+                            let in_ns = |ns: &str| {
+                                cache
+                                    .pods_in(ns)
+                                    .filter(|q| q.is_active() && pods.matches(&q.labels))
+                                    .map(|q| q.key.clone())
+                                    .collect::<Vec<Key>>()
+                            };
+                            match namespaces {
+                                None => rr.pods.extend(in_ns(&p.key.namespace)),
+                                Some(sel) => {
+                                    for ns in &ns_names {
+                                        if sel.matches(&cache.namespace_labels(ns)) {
+                                            rr.pods.extend(in_ns(ns));
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                rr
+            })
+            .collect()
+    };
+    Resolved {
+        targets,
+        ingress: resolve_rules(p.ingress.as_deref().unwrap_or(&[])),
+        egress: resolve_rules(p.egress.as_deref().unwrap_or(&[])),
+    }
+}
+
+/// The active pods of `cache` that have the named port `name`, for the configurator.
+pub fn pods_with_named_port<'a>(
+    cache: &'a Cache,
+    name: &'a str,
+    proto: super::cache::L4,
+) -> impl Iterator<Item = (&'a Pod, u16)> + 'a {
+    cache
+        .pods
+        .values()
+        .filter(|p| p.is_active())
+        .filter_map(move |p| p.named_port(name, proto).map(|n| (p, n)))
+}
