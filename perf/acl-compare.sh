@@ -21,14 +21,14 @@ for rules in "$data"/*; do
     lines=$(wc -l < "$trace")
     echo "== $set_name ($(grep -c '^@' "$rules") rules, $lines trace lines, $iter iterations)"
     if [ -f "${rules}_expected" ]; then
-        if "$bench" --alg abv --rules "$rules" --trace "$trace" --print-results 2>/dev/null | cmp -s - "${rules}_expected"; then
+        if "$bench" --rules "$rules" --trace "$trace" --print-results 2>/dev/null | cmp -s - "${rules}_expected"; then
             echo "results: identical to rte_acl's"
         else
             echo "results: DIFFER from rte_acl's" >&2
             exit 1
         fi
     fi
-    ferrule=$("$bench" --alg abv --rules "$rules" --trace "$trace" --iter "$iter" | awk '/^lookups\/s:/ {print $2}')
+    ferrule=$("$bench" --rules "$rules" --trace "$trace" --iter "$iter" | awk '/^lookups\/s:/ {print $2}')
     best=0
     for alg in scalar sse avx2; do
         out=$(dpdk-test-acl --no-huge --no-shconf --no-pci -l 0 --file-prefix "ferrule-acl-$$" \

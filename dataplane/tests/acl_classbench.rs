@@ -1,8 +1,9 @@
-//! The ClassBench loader and the linear reference classifier against `rte_acl`'s own
-//! results on the shared ClassBench sets (`../shared/data/classbench/`, beside the repo).
+//! The ClassBench loader, the linear reference classifier and the compiled
+//! decision-tree classifier (`acl::Compiled`) against `rte_acl`'s own results on the
+//! shared ClassBench sets (`../shared/data/classbench/`, beside the repo).
 
 use ferrule_dataplane::acl::classbench::{self, LoadError};
-use ferrule_dataplane::acl::{Classifier, FlowKey, LinearClassifier, NO_MATCH};
+use ferrule_dataplane::acl::{Classifier, Compiled, FlowKey, LinearClassifier, NO_MATCH};
 use std::path::PathBuf;
 
 /// The shared ClassBench directory; fails loudly when it is missing.
@@ -19,9 +20,16 @@ fn data_dir() -> PathBuf {
     dir
 }
 
-/// Checks the reference classifier on `set` against `set_expected`, on the first
-/// `limit` trace lines.
-fn check_set(set: &str, limit: usize) {
+/// Which classifier a check builds.
+#[derive(Debug, Clone, Copy)]
+enum Under {
+    Linear,
+    Compiled,
+}
+
+/// Checks a classifier on `set` against `set_expected`, on the first `limit` trace
+/// lines.
+fn check_set(set: &str, limit: usize, under: Under) {
     let dir = data_dir();
     let rules = classbench::load_rules(&dir.join(set)).unwrap();
     let trace = classbench::load_trace(&dir.join(format!("{set}_trace"))).unwrap();
@@ -37,7 +45,10 @@ fn check_set(set: &str, limit: usize) {
     );
     let trace: &[FlowKey] = &trace[..limit.min(trace.len())];
 
-    let classifier = LinearClassifier::new(rules);
+    let classifier: Box<dyn Classifier> = match under {
+        Under::Linear => Box::new(LinearClassifier::new(rules)),
+        Under::Compiled => Box::new(Compiled::new(&rules).unwrap()),
+    };
     let mut out = vec![0u32; trace.len()];
     for (keys, out) in trace.chunks(32).zip(out.chunks_mut(32)) {
         classifier.classify_batch(keys, out);
@@ -47,7 +58,7 @@ fn check_set(set: &str, limit: usize) {
         assert_eq!(
             got,
             want,
-            "{set}: trace line {} ({:?})",
+            "{set} ({under:?}): trace line {} ({:?})",
             index + 1,
             trace[index]
         );
@@ -58,14 +69,26 @@ fn check_set(set: &str, limit: usize) {
 
 #[test]
 fn acl1_1k_matches_rte_acl() {
-    check_set("acl1_1k", usize::MAX);
+    check_set("acl1_1k", usize::MAX, Under::Linear);
 }
 
 /// The whole trace: about 17 s in a debug build, under the 20 s budget that would call
 /// for a shorter prefix of it.
 #[test]
 fn acl1_10k_matches_rte_acl() {
-    check_set("acl1_10k", usize::MAX);
+    check_set("acl1_10k", usize::MAX, Under::Linear);
+}
+
+#[test]
+fn compiled_acl1_1k_matches_rte_acl() {
+    check_set("acl1_1k", usize::MAX, Under::Compiled);
+}
+
+/// The whole trace, every line; the build and lookups take well under a second even
+/// in a debug build.
+#[test]
+fn compiled_acl1_10k_matches_rte_acl() {
+    check_set("acl1_10k", usize::MAX, Under::Compiled);
 }
 
 #[test]

@@ -30,7 +30,7 @@ pub const MAX_FIELD_BYTES: usize = 1 << 30;
 /// Keys resolved to interval bitmaps before any is ANDed, within one batch.
 const STAGE: usize = 32;
 
-/// A rule set the bit-vector classifier cannot hold.
+/// A rule set a compiled classifier (bit vectors or decision trees) cannot hold.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ClassifierError {
     /// More rules than a `u32` result can name (the all-ones value means no match).
@@ -41,12 +41,13 @@ pub enum ClassifierError {
         /// The most allowed.
         max: usize,
     },
-    /// One field's bit vectors would be too large.
-    #[error("{field}: bit vectors would exceed {limit} bytes")]
+    /// The classifier's tables would be too large.
+    #[error("{field}: tables would exceed {limit} bytes")]
     TooLarge {
-        /// The field.
+        /// The part that would be too large: a bit-vector field or `decision tree`.
         field: &'static str,
-        /// The limit, [`MAX_FIELD_BYTES`].
+        /// The limit: [`MAX_FIELD_BYTES`] for a bit-vector field,
+        /// [`super::tree::MAX_BYTES`] for the decision trees.
         limit: usize,
     },
 }

@@ -7,7 +7,7 @@
 //! table's no-match slot. `reflect` permits (conntrack adds the reply state).
 
 use super::rule::{Action, Rule};
-use super::{BitVectorClassifier, Classifier, ClassifierError, FlowKey, NO_MATCH};
+use super::{Classifier, ClassifierError, Compiled, FlowKey, NO_MATCH};
 use crate::counters::MAX_PORTS;
 use std::sync::Arc;
 
@@ -24,7 +24,7 @@ pub struct Table {
     pub slots: Vec<u32>,
     /// The counter slot of packets no rule matches (denied).
     pub no_match_slot: u32,
-    classifier: BitVectorClassifier,
+    classifier: Compiled,
 }
 
 impl Table {
@@ -39,7 +39,7 @@ impl Table {
         no_match_slot: u32,
     ) -> Result<Table, ClassifierError> {
         assert_eq!(rules.len(), slots.len(), "one counter slot per rule");
-        let classifier = BitVectorClassifier::new(&rules)?;
+        let classifier = Compiled::new(&rules)?;
         Ok(Table {
             name,
             actions: rules.iter().map(|r| r.action).collect(),

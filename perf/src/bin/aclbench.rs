@@ -4,7 +4,9 @@
 
 use clap::{Parser, ValueEnum};
 use ferrule_dataplane::acl::classbench::{self, LoadError};
-use ferrule_dataplane::acl::{BitVectorClassifier, Classifier, FlowKey, LinearClassifier, Rule};
+use ferrule_dataplane::acl::{
+    BitVectorClassifier, Classifier, DecisionTreeClassifier, FlowKey, LinearClassifier, Rule,
+};
 use std::hint::black_box;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
@@ -25,6 +27,9 @@ Rule lines: `@SRC/LEN DST/LEN SLO : SHI DLO : DHI PROTO/MASK`, extra columns ign
 order is priority (the first rule is rule 0). Trace lines: `SRC DST SPORT DPORT PROTO` as \
 integers (addresses as 32-bit numbers), extra columns ignored. Blank lines and lines starting \
 with `#` are skipped.\n\n\
+IPv6: an address column holding a `:` is read as IPv6, in rule files (`ADDR/LEN`) and traces \
+alike, so the files `dpdk-test-acl --ipv6` reads load as they are, with no option; a file may \
+also mix both families.\n\n\
 With --print-results, standard output holds exactly one line per trace line, the 0-based index \
 of the first matching rule or 4294967295 when none matches (the format of the shared \
 *_expected files), and the report goes to standard error.\n\n\
@@ -47,13 +52,15 @@ struct Args {
     #[arg(long)]
     print_results: bool,
     /// Classifier to build.
-    #[arg(long, value_enum, default_value_t = Algorithm::Linear)]
+    #[arg(long, value_enum, default_value_t = Algorithm::Tree)]
     alg: Algorithm,
 }
 
 /// The classifiers the benchmark can build.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Algorithm {
+    /// The decision-tree classifier the data path uses (`acl::Compiled`).
+    Tree,
     /// The linear reference: scans the rules in order (the correctness oracle).
     Linear,
     /// The aggregated bit vector classifier (IPv6 keys fall back to a linear scan).
@@ -65,6 +72,13 @@ impl Algorithm {
     fn build(self, rules: Vec<Rule>) -> Box<dyn Classifier> {
         match self {
             Self::Linear => Box::new(LinearClassifier::new(rules)),
+            Self::Tree => match DecisionTreeClassifier::new(&rules) {
+                Ok(classifier) => Box::new(classifier),
+                Err(err) => {
+                    eprintln!("ferrule-aclbench: cannot build tree: {err}");
+                    std::process::exit(2);
+                }
+            },
             Self::Abv => match BitVectorClassifier::new(&rules) {
                 Ok(classifier) => Box::new(classifier),
                 Err(err) => {
