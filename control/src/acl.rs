@@ -602,13 +602,8 @@ impl AclManager {
             }
         }
         let global = desired.global.map(|g| g as u16);
-        let new_state = AclTables::new(
-            tables,
-            ingress,
-            egress,
-            global,
-            self.current.generation + 1,
-        );
+        let new_state =
+            AclTables::new(tables, ingress, egress, global, self.current.generation + 1);
         let attachments_changed = self.attachments(&self.current) != self.attachments(&new_state)
             || self
                 .current

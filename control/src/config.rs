@@ -147,7 +147,8 @@ pub fn valid_pod_ref(text: &str) -> bool {
     let label = |s: &str| {
         !s.is_empty()
             && s.len() <= 253
-            && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+            && s.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
             && !s.starts_with('-')
             && !s.ends_with('-')
     };

@@ -215,7 +215,11 @@ impl Shared {
     /// still uses a queue or a port the caller just took out of the job table and the
     /// link table), or `timeout`. False on timeout.
     pub fn wait_quiescent(&self, timeout: Duration) -> bool {
-        let start: Vec<u64> = self.epochs.iter().map(|e| e.load(Ordering::Acquire)).collect();
+        let start: Vec<u64> = self
+            .epochs
+            .iter()
+            .map(|e| e.load(Ordering::Acquire))
+            .collect();
         let deadline = std::time::Instant::now() + timeout;
         loop {
             let done = self

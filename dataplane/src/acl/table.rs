@@ -158,9 +158,7 @@ impl AclTables {
         generation: u64,
     ) -> AclTables {
         let any_egress = global.is_some() || egress.iter().any(Option::is_some);
-        let has_reflect = tables
-            .iter()
-            .any(|t| t.actions.contains(&Action::Reflect));
+        let has_reflect = tables.iter().any(|t| t.actions.contains(&Action::Reflect));
         AclTables {
             tables,
             ingress,
