@@ -641,7 +641,7 @@ impl Fib {
                 },
             );
         }
-        Snapshot {
+        let mut snap = Snapshot {
             generation: self.generation,
             ports: self.ports.clone(),
             networks: self
@@ -655,10 +655,13 @@ impl Fib {
                     gateway_v6: n.gateway_v6,
                 })
                 .collect(),
+            nh_mac: Arc::default(),
             next_hops: Arc::new(self.next_hops.entries.clone()),
             neighbors: Arc::new(neighbors),
             acl: Arc::clone(&self.acl),
             snat: Arc::clone(&self.snat),
-        }
+        };
+        snap.resolve_gateways();
+        snap
     }
 }

@@ -103,6 +103,10 @@ pub struct Snapshot {
     pub next_hops: Arc<Vec<NextHopEntry>>,
     /// Resolved neighbours by (network, address).
     pub neighbors: Arc<FxHashMap<(u16, IpAddr), Neighbor>>,
+    /// Per next hop (as indexed in `next_hops`), the MAC of its gateway when the route
+    /// has one and it is resolved: the neighbour stage's answer without a hash lookup.
+    /// Empty or `None`: look `neighbors` up.
+    pub nh_mac: Arc<Vec<Option<EthernetAddress>>>,
     /// ACL tables and their attachments.
     pub acl: Arc<AclTables>,
     /// When and to what pod traffic is masqueraded.
@@ -124,6 +128,7 @@ impl Snapshot {
             }],
             next_hops: Arc::new(Vec::new()),
             neighbors: Arc::new(FxHashMap::default()),
+            nh_mac: Arc::new(Vec::new()),
             acl: Arc::new(AclTables::default()),
             snat: Arc::new(SnatPolicy::default()),
         }
@@ -144,6 +149,25 @@ impl Snapshot {
             IpAddr::V6(a) => net.lpm6.lookup(a)?,
         };
         self.next_hop(nh).map(|e| (nh, e))
+    }
+
+    /// Fills `nh_mac` from the next hops and the neighbours (after either changed).
+    pub fn resolve_gateways(&mut self) {
+        let macs = self
+            .next_hops
+            .iter()
+            .map(|e| match *e {
+                NextHopEntry::Port {
+                    port,
+                    via: Some(ip),
+                } => {
+                    let net = self.ports.get(usize::from(port))?.network;
+                    self.neighbors.get(&(net, ip)).map(|n| n.mac)
+                }
+                _ => None,
+            })
+            .collect();
+        self.nh_mac = Arc::new(macs);
     }
 
     /// A resolved neighbour.

@@ -207,9 +207,11 @@ fn snapshot(ct_on: bool) -> Snapshot {
         }],
         next_hops: Arc::new(next_hops),
         neighbors: Arc::new(neighbors),
+        nh_mac: Default::default(),
         acl: Default::default(),
         snat: Default::default(),
     };
+    snap.resolve_gateways();
     if ct_on {
         snap.snat = Arc::new(SnatPolicy {
             node_ips: vec![NODE],

@@ -231,6 +231,8 @@ pub struct Scratch {
     /// Packets routed to a port, by index, and per packet its output port and gateway.
     routed: [u16; MAX_BURST],
     hop: [(u16, Option<IpAddr>); MAX_BURST],
+    /// Per packet, the next hop (route table value) it was routed by.
+    nh: [u32; MAX_BURST],
     /// The packets an egress table classifies in one batch.
     members: [u16; MAX_BURST],
     /// Per packet, what conntrack found.
@@ -251,6 +253,7 @@ impl Default for Scratch {
             pending6: [0; MAX_BURST],
             routed: [0; MAX_BURST],
             hop: [(0, None); MAX_BURST],
+            nh: [0; MAX_BURST],
             members: [0; MAX_BURST],
             ct: [CtMark::None; MAX_BURST],
             hash: [KeyHash::default(); MAX_BURST],
@@ -447,6 +450,7 @@ pub fn process_burst<F: Frames + ?Sized, T: Tracer>(
         match route(snap, port, &s.parsed[i], nh, frames.frame_mut(i), t) {
             Ok(hop) => {
                 s.hop[i] = hop;
+                s.nh[i] = nh;
                 s.routed[n_routed] = i as u16;
                 n_routed += 1;
             }
@@ -508,7 +512,16 @@ pub fn process_burst<F: Frames + ?Sized, T: Tracer>(
                 continue;
             }
         }
-        actions[i] = finish(snap, port, &s.parsed[i], out, via, frames.frame_mut(i), t);
+        actions[i] = finish(
+            snap,
+            port,
+            &s.parsed[i],
+            out,
+            via,
+            s.nh[i],
+            frames.frame_mut(i),
+            t,
+        );
     }
     // Connections the changed ACLs now deny are closed.
     if let Some(ct) = ct {
@@ -898,12 +911,14 @@ fn mtu<T: Tracer>(parsed: &Parsed, out_port: &PortState, t: &mut T) -> Result<()
 
 /// Neighbour and rewrite of a packet routed to port `out`.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn finish<T: Tracer>(
     snap: &Snapshot,
     port: &PortState,
     parsed: &Parsed,
     out: u16,
     via: Option<IpAddr>,
+    nh: u32,
     frame: &mut [u8],
     t: &mut T,
 ) -> Action {
@@ -928,6 +943,12 @@ fn finish<T: Tracer>(
                 return Action::Drop(DropReason::NoNeighbour);
             }
         },
+        (_, Some(gw)) if matches!(snap.nh_mac.get(nh as usize), Some(Some(_))) => {
+            // The route's gateway, resolved when the generation was built.
+            let mac = snap.nh_mac[nh as usize].unwrap_or(EthernetAddress([0; 6]));
+            trace!(t, Stage::Neighbor, "{} is {}", gw, mac);
+            mac
+        }
         (_, via) => {
             let target = via.unwrap_or(dst);
             match snap.neighbor(port.network, target) {

@@ -98,7 +98,7 @@ pub fn snapshot() -> Snapshot {
             port: 2,
         },
     );
-    Snapshot {
+    let mut snap = Snapshot {
         generation: 1,
         ports,
         networks: vec![Network {
@@ -110,9 +110,13 @@ pub fn snapshot() -> Snapshot {
         }],
         next_hops: Arc::new(next_hops),
         neighbors: Arc::new(neighbors),
+        nh_mac: Default::default(),
         acl: Default::default(),
         snat: Default::default(),
-    }
+    };
+    // The gateways of resolved routes, as the control thread precomputes them.
+    snap.resolve_gateways();
+    snap
 }
 
 pub fn rule(action: AclAction, proto: Proto, dst: &str, dst_port: Option<u16>) -> Rule {
