@@ -18,6 +18,8 @@ use crossbeam_queue::ArrayQueue;
 const INJECT_QUEUE: usize = 1024;
 /// Packets waiting for the worker that owns their connection, per worker.
 const HANDOFF_QUEUE: usize = 4096;
+/// Transmit queues a port shared by workers may have (more are not used).
+const MAX_SHARED_TXQ: usize = 16;
 /// Connection-table expirations per poll round at most.
 const EXPIRE_BUDGET: usize = 64;
 use crate::snapshot::Snapshot;
@@ -102,6 +104,10 @@ pub struct Shared {
     trace_remaining: AtomicU32,
     /// DPDK port id of every configured port, for transmit (index → id).
     dpdk_ids: [AtomicU32; MAX_PORTS],
+    /// Per port, its transmit queues when it has fewer than there are workers (0: one
+    /// per worker, the worker's own); then workers share them under `tx_locks`.
+    tx_queues: [AtomicU32; MAX_PORTS],
+    tx_locks: [[AtomicBool; MAX_SHARED_TXQ]; MAX_PORTS],
     started_ns: AtomicU64,
 }
 
@@ -133,6 +139,8 @@ impl Shared {
             trace_port: AtomicU32::new(0),
             trace_remaining: AtomicU32::new(0),
             dpdk_ids: std::array::from_fn(|i| AtomicU32::new(i as u32)),
+            tx_queues: std::array::from_fn(|_| AtomicU32::new(0)),
+            tx_locks: std::array::from_fn(|_| std::array::from_fn(|_| AtomicBool::new(false))),
             started_ns: AtomicU64::new(0),
         }
     }
@@ -170,6 +178,43 @@ impl Shared {
     #[inline(always)]
     fn dpdk_id(&self, index: usize) -> u16 {
         self.dpdk_ids[index].load(Ordering::Relaxed) as u16
+    }
+
+    /// Records that port `index` has `queues` transmit queues for `workers` workers:
+    /// with fewer queues than workers, workers share them (worker `w` uses queue
+    /// `w % queues`, one worker at a time).
+    pub fn set_tx_queues(&self, index: usize, queues: u16, workers: usize) {
+        if let Some(q) = self.tx_queues.get(index) {
+            let shared = usize::from(queues) < workers;
+            let n = if shared {
+                u32::from(queues.clamp(1, MAX_SHARED_TXQ as u16))
+            } else {
+                0
+            };
+            q.store(n, Ordering::Release);
+        }
+    }
+
+    /// Sends a burst out of port `index` on `worker`'s transmit queue, or on the
+    /// shared queue it maps to (taking its lock). Returns how many were sent.
+    #[inline(always)]
+    fn transmit(&self, index: usize, worker: usize, burst: &mut Burst) -> usize {
+        let port = self.dpdk_id(index);
+        let shared = self.tx_queues[index].load(Ordering::Acquire) as usize;
+        if shared == 0 {
+            return burst.tx(port, worker as u16);
+        }
+        let queue = worker % shared;
+        let lock = &self.tx_locks[index][queue];
+        while lock
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            std::hint::spin_loop();
+        }
+        let sent = burst.tx(port, queue as u16);
+        lock.store(false, Ordering::Release);
+        sent
     }
 
     /// Arms live tracing of the next `count` packets received on port `index`.
@@ -407,7 +452,7 @@ fn cross_connect(
         burst.free_all();
         return 0;
     }
-    let sent = burst.tx(out.port, out.queue) as u64;
+    let sent = shared.transmit(out.index, usize::from(out.queue), burst) as u64;
     let mut sent_bytes = bytes;
     if !burst.is_empty() {
         sent_bytes -= burst.total_bytes();
@@ -622,7 +667,6 @@ impl Ctx<'_> {
     /// output cannot take are dropped and counted against the port they were received
     /// on (`rx_index`), or the output port for packets the control thread injected.
     fn flush(&mut self, rx_index: Option<usize>) -> u64 {
-        let queue = self.plan.worker as u16;
         let mut sent_total = 0u64;
         for k in 0..self.n_touched {
             let idx = usize::from(self.touched[k]);
@@ -636,7 +680,7 @@ impl Ctx<'_> {
                 continue;
             }
             let bytes = out.total_bytes();
-            let sent = out.tx(self.shared.dpdk_id(idx), queue) as u64;
+            let sent = self.shared.transmit(idx, self.plan.worker, out) as u64;
             let mut sent_bytes = bytes;
             if !out.is_empty() {
                 sent_bytes -= out.total_bytes();

@@ -2,7 +2,8 @@
 //! the uplink, so the two directions of every masqueraded connection arrive on
 //! different workers. Each packet must be handed to the worker that owns its
 //! connection (the one whose table holds it, named by the SNAT port), translated
-//! there, and come out right; both workers must have handed packets over.
+//! there, and come out right; both workers must have handed packets over. Pod-a has
+//! one transmit queue for the two workers: they share it.
 
 #![cfg(feature = "dpdk")]
 
@@ -90,26 +91,32 @@ fn both_directions_meet_on_the_owning_worker() {
         )
         .expect("mempool"),
     );
-    // Ports 0 (pod-a), 1 (pod-b, unused) and 2 (uplink): one receive ring each, one
-    // transmit ring per worker.
+    // Ports 0 (pod-a), 1 (pod-b, unused) and 2 (uplink): one receive ring each; the
+    // uplink has a transmit ring per worker, pod-a only one, which the two workers
+    // share (each takes its lock).
     let ring = |name: &str| Ring::new(name, 512).expect("ring");
     let rx: Vec<Ring> = (0..3).map(|p| ring(&format!("ho_rx{p}"))).collect();
-    let tx: Vec<[Ring; 2]> = (0..3)
-        .map(|p| [ring(&format!("ho_tx{p}_0")), ring(&format!("ho_tx{p}_1"))])
+    let tx: Vec<Vec<Ring>> = (0..3)
+        .map(|p| {
+            let queues = if p == 0 { 1 } else { 2 };
+            (0..queues)
+                .map(|q| ring(&format!("ho_tx{p}_{q}")))
+                .collect()
+        })
         .collect();
     let mut ports: Vec<EthPort> = (0..3)
         .map(|p| {
-            EthPort::from_rings(&format!("net_ho{p}"), &[&rx[p]], &[&tx[p][0], &tx[p][1]])
-                .expect("port")
+            let txr: Vec<&Ring> = tx[p].iter().collect();
+            EthPort::from_rings(&format!("net_ho{p}"), &[&rx[p]], &txr).expect("port")
         })
         .collect();
-    let conf = PortConf {
-        tx_queues: 2,
-        ..PortConf::default()
-    };
-    for p in &mut ports {
-        p.configure(&conf, &pool).expect("configure");
-        p.start().expect("start");
+    for (p, port) in ports.iter_mut().enumerate() {
+        let conf = PortConf {
+            tx_queues: tx[p].len() as u16,
+            ..PortConf::default()
+        };
+        port.configure(&conf, &pool).expect("configure");
+        port.start().expect("start");
     }
     let shared = Arc::new(Shared::new(
         snat_snapshot(vec![(61000, 61999)]),
@@ -118,6 +125,7 @@ fn both_directions_meet_on_the_owning_worker() {
     ));
     for (i, p) in ports.iter().enumerate() {
         shared.set_dpdk_id(i, p.id());
+        shared.set_tx_queues(i, p.tx_queues(), 2);
     }
     let counters = [
         Arc::new(WorkerCounters::default()),

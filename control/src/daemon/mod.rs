@@ -172,7 +172,8 @@ pub fn mbuf_data_room(cfg: &Config) -> u16 {
 }
 
 /// Probes (hot-plugs) a port's device, configures one receive queue per configured
-/// queue and one transmit queue per worker, and starts it.
+/// queue and one transmit queue per worker (fewer when the device has fewer), and
+/// starts it.
 fn start_port(
     p: &PortConfig,
     n_workers: u16,
@@ -180,19 +181,13 @@ fn start_port(
     pool: &Mempool,
 ) -> Result<EthPort, DpdkError> {
     let mut eth = EthPort::probe(&p.devargs)?;
-    // One transmit queue per worker; the control thread sends through worker 0.
+    // One transmit queue per worker (the control thread sends through worker 0); a
+    // device with fewer has its queues shared by the workers (see `Shared`).
     let (_, max_txq) = eth.max_queues();
-    if max_txq < n_workers {
-        return Err(DpdkError::new(
-            format!(
-                "the driver offers {max_txq} transmit queues; {n_workers} workers need one each"
-            ),
-            22,
-        ));
-    }
+    let tx_queues = n_workers.min(max_txq.max(1));
     let conf = PortConf {
         rx_queues: p.rx_queues,
-        tx_queues: n_workers,
+        tx_queues,
         rx_desc: dp.rx_desc,
         tx_desc: dp.tx_desc,
         mtu: Some(p.mtu),
@@ -324,6 +319,7 @@ impl Daemon {
         for (i, p) in ports.iter().enumerate() {
             shared.set_link(i, p.link_up);
             shared.set_dpdk_id(i, p.eth.id());
+            shared.set_tx_queues(i, p.eth.tx_queues(), worker_lcores.len().max(1));
         }
         let workers: Vec<WorkerRuntime> = plan_workers(cfg, &worker_lcores, &port_ids)
             .into_iter()

@@ -371,6 +371,8 @@ impl Daemon {
         }
         let link = eth.link();
         self.shared.set_dpdk_id(index, eth.id());
+        self.shared
+            .set_tx_queues(index, eth.tx_queues(), self.workers.len().max(1));
         self.shared.set_link(index, link.up);
         let runtime = PortRuntime {
             cfg: cfg.clone(),

@@ -64,6 +64,8 @@ pub struct EthPort {
     id: u16,
     name: String,
     started: bool,
+    /// Transmit queues set up by `configure`.
+    tx_queues: u16,
 }
 
 /// The device name inside devargs: everything before the first comma.
@@ -120,6 +122,7 @@ impl EthPort {
                 id,
                 name,
                 started: false,
+                tx_queues: 0,
             });
         }
         let cdev = CString::new(devargs)
@@ -132,6 +135,7 @@ impl EthPort {
                 id,
                 name,
                 started: false,
+                tx_queues: 0,
             }),
             None => Err(DpdkError::new(
                 format!("rte_dev_probe({devargs}): no ethdev named {name:?} appeared"),
@@ -166,12 +170,18 @@ impl EthPort {
             id: rc as u16,
             name: name.to_string(),
             started: false,
+            tx_queues: 0,
         })
     }
 
     /// DPDK port id.
     pub fn id(&self) -> u16 {
         self.id
+    }
+
+    /// Transmit queues the port was configured with.
+    pub fn tx_queues(&self) -> u16 {
+        self.tx_queues
     }
 
     /// DPDK device name.
@@ -181,6 +191,7 @@ impl EthPort {
 
     /// Sets up queues, MTU and MAC. Call once, before `start`.
     pub fn configure(&mut self, conf: &PortConf, pool: &Mempool) -> Result<(), DpdkError> {
+        self.tx_queues = conf.tx_queues;
         let id = self.id;
         let name = self.name.clone();
         let mut eth_conf = ferrule_ffi::rte_eth_conf::default();
