@@ -84,6 +84,11 @@ pub fn input<T: Tracer>(
     frame: &mut [u8],
     t: &mut T,
 ) -> Option<Action> {
+    if !parsed.is_ipv6() {
+        // The common case, without building an `IpAddr`.
+        let owned = port.owns_v4(std::net::Ipv4Addr::from(parsed.key.dst_v4()));
+        return owned.then(|| answer(port, parsed, frame, t));
+    }
     let dst = parsed.key.dst_ip();
     let proto = IpProtocol(parsed.key.proto);
     if parsed.is_ipv6() {

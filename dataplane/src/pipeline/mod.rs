@@ -922,7 +922,6 @@ fn finish<T: Tracer>(
     frame: &mut [u8],
     t: &mut T,
 ) -> Action {
-    let dst = parsed.key.dst_ip();
     let Some(out_port) = snap.ports.get(usize::from(out)) else {
         return Action::Drop(DropReason::NoRoute);
     };
@@ -950,7 +949,7 @@ fn finish<T: Tracer>(
             mac
         }
         (_, via) => {
-            let target = via.unwrap_or(dst);
+            let target = via.unwrap_or_else(|| parsed.key.dst_ip());
             match snap.neighbor(port.network, target) {
                 Some(n) => {
                     trace!(t, Stage::Neighbor, "{} is {}", target, n.mac);
