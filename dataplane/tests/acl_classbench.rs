@@ -1,9 +1,11 @@
-//! The ClassBench loader, the linear reference classifier and the compiled
-//! decision-tree classifier (`acl::Compiled`) against `rte_acl`'s own results on the
+//! The ClassBench loader, the linear reference classifier, the compiled decision-tree
+//! classifier (`acl::Compiled`) and the bit-vector one against `rte_acl`'s own results on the
 //! shared ClassBench sets (`../shared/data/classbench/`, beside the repo).
 
 use ferrule_dataplane::acl::classbench::{self, LoadError};
-use ferrule_dataplane::acl::{Classifier, Compiled, FlowKey, LinearClassifier, NO_MATCH};
+use ferrule_dataplane::acl::{
+    BitVectorClassifier, Classifier, Compiled, FlowKey, LinearClassifier, NO_MATCH,
+};
 use std::path::PathBuf;
 
 /// The shared ClassBench directory; fails loudly when it is missing.
@@ -25,6 +27,8 @@ fn data_dir() -> PathBuf {
 enum Under {
     Linear,
     Compiled,
+    /// The aggregated bit vectors (`ferrule-aclbench --alg abv`).
+    Abv,
 }
 
 /// Checks a classifier on `set` against `set_expected`, on the first `limit` trace
@@ -48,6 +52,7 @@ fn check_set(set: &str, limit: usize, under: Under) {
     let classifier: Box<dyn Classifier> = match under {
         Under::Linear => Box::new(LinearClassifier::new(rules)),
         Under::Compiled => Box::new(Compiled::new(&rules).unwrap()),
+        Under::Abv => Box::new(BitVectorClassifier::new(&rules).unwrap()),
     };
     let mut out = vec![0u32; trace.len()];
     for (keys, out) in trace.chunks(32).zip(out.chunks_mut(32)) {
@@ -89,6 +94,16 @@ fn compiled_acl1_1k_matches_rte_acl() {
 #[test]
 fn compiled_acl1_10k_matches_rte_acl() {
     check_set("acl1_10k", usize::MAX, Under::Compiled);
+}
+
+#[test]
+fn abv_acl1_1k_matches_rte_acl() {
+    check_set("acl1_1k", usize::MAX, Under::Abv);
+}
+
+#[test]
+fn abv_acl1_10k_matches_rte_acl() {
+    check_set("acl1_10k", usize::MAX, Under::Abv);
 }
 
 #[test]

@@ -1,12 +1,13 @@
-//! The decision-tree classifier (`acl::Compiled`) against the linear oracle: random
+//! The decision-tree classifier (`acl::Compiled`), and the bit-vector classifier with
+//! it, against the linear oracle: random
 //! IPv4, IPv6 and mixed rule sets with keys at rule boundaries, edge cases (empty set,
 //! identical rules, /0, host prefixes, ports 0 and 65535, masked protocols), batch
 //! results against single-key results, and a synthetic wildcard-heavy set of several
 //! thousand rules for bounded build memory.
 
 use ferrule_dataplane::acl::{
-    Action, Classifier, Compiled, DecisionTreeClassifier, FlowKey, LinearClassifier, PortRange,
-    Prefix, Proto, Rule, NO_MATCH,
+    Action, BitVectorClassifier, Classifier, Compiled, DecisionTreeClassifier, FlowKey,
+    LinearClassifier, PortRange, Prefix, Proto, Rule, NO_MATCH,
 };
 use proptest::prelude::*;
 use rand::rngs::StdRng;
@@ -199,21 +200,41 @@ fn boundary_keys(rules: &[Rule], picks: &[(usize, [u16; 6])], families: Families
         .collect()
 }
 
-/// Classifies `keys` with the tree and the oracle: batches of several odd sizes and
-/// single keys must all agree.
+/// Classifies `keys` with the tree, the bit-vector classifier (still selectable in
+/// `ferrule-aclbench`) and the oracle: batches of several odd sizes and single keys
+/// must all agree.
 fn check(rules: Vec<Rule>, keys: &[FlowKey]) -> Result<(), TestCaseError> {
     let tree = Compiled::new(&rules).map_err(|e| TestCaseError::fail(e.to_string()))?;
+    let abv = BitVectorClassifier::new(&rules).map_err(|e| TestCaseError::fail(e.to_string()))?;
     let linear = LinearClassifier::new(rules);
     let mut want = vec![0u32; keys.len()];
     linear.classify_batch(keys, &mut want);
-    for batch in [1, 7, 32, 33, 37] {
-        let mut got = vec![0u32; keys.len()];
-        for (keys, out) in keys.chunks(batch).zip(got.chunks_mut(batch)) {
-            tree.classify_batch(keys, out);
+    let under: [(&str, &dyn Classifier); 2] = [("tree", &tree), ("abv", &abv)];
+    for (name, classifier) in under {
+        for batch in [1, 7, 32, 33, 37] {
+            let mut got = vec![0u32; keys.len()];
+            for (keys, out) in keys.chunks(batch).zip(got.chunks_mut(batch)) {
+                classifier.classify_batch(keys, out);
+            }
+            for (index, key) in keys.iter().enumerate() {
+                prop_assert_eq!(
+                    got[index],
+                    want[index],
+                    "{} batch {} key {:?}",
+                    name,
+                    batch,
+                    key
+                );
+            }
         }
-        for (index, key) in keys.iter().enumerate() {
-            prop_assert_eq!(got[index], want[index], "batch {} key {:?}", batch, key);
-        }
+    }
+    for key in keys {
+        prop_assert_eq!(
+            abv.classify(key),
+            linear.classify(key),
+            "abv single key {:?}",
+            key
+        );
     }
     for (index, key) in keys.iter().enumerate() {
         let single = tree.classify(key);
@@ -577,4 +598,44 @@ fn classifier_is_send_and_sync() {
     fn shared<T: Send + Sync>() {}
     shared::<Compiled>();
     shared::<std::sync::Arc<Compiled>>();
+}
+
+#[test]
+fn wide_and_exact_rules_at_the_edges() {
+    let mut host = Rule::any(Action::Deny);
+    host.src = Prefix::v4(Ipv4Addr::new(255, 255, 255, 255), 32);
+    host.dst_port = PortRange::single(65535);
+    let mut zero = Rule::any(Action::Deny);
+    zero.dst = Prefix::v4(Ipv4Addr::new(0, 0, 0, 0), 32);
+    zero.proto = Proto::Masked {
+        value: 0x80,
+        mask: 0x80,
+    };
+    let rules = vec![host, zero, Rule::any(Action::Permit)];
+    let key = |src: [u8; 4], dst: [u8; 4], proto, dst_port| {
+        FlowKey::v4(
+            0,
+            proto,
+            Ipv4Addr::from(src),
+            Ipv4Addr::from(dst),
+            0,
+            dst_port,
+        )
+    };
+    let cases = [
+        (key([255; 4], [1; 4], 6, 65535), Some(0)),
+        (key([255; 4], [1; 4], 6, 65534), Some(2)),
+        (key([1; 4], [0; 4], 0x81, 0), Some(1)),
+        (key([1; 4], [0; 4], 0x7f, 0), Some(2)),
+        (
+            FlowKey::v6(0, 6, Ipv6Addr::LOCALHOST, Ipv6Addr::LOCALHOST, 0, 65535),
+            Some(2),
+        ),
+    ];
+    let tree = Compiled::new(&rules).unwrap();
+    let abv = BitVectorClassifier::new(&rules).unwrap();
+    for (key, want) in cases {
+        assert_eq!(tree.classify(&key), want, "tree {key:?}");
+        assert_eq!(abv.classify(&key), want, "abv {key:?}");
+    }
 }
