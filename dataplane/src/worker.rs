@@ -372,7 +372,6 @@ pub fn run(plan: &WorkerPlan, shared: &Shared, counters: &WorkerCounters, pool: 
         let mut snap = None;
         let mut rx_total = 0u64;
         let mut tx_total = 0u64;
-        ctx.ct.now = ctx.started.elapsed().as_millis() as u64;
         // The queues to poll: the control thread's table once it set one (ports come
         // and go at run time), the plan's until then.
         let table = shared.jobs.load();
@@ -394,16 +393,26 @@ pub fn run(plan: &WorkerPlan, shared: &Shared, counters: &WorkerCounters, pool: 
             tx_total += match job.out {
                 Some(out) => cross_connect(&mut burst, job, out, bytes, shared, counters),
                 None => {
-                    let snap = snap.get_or_insert_with(|| shared.snapshot.load());
+                    let snap = snap.get_or_insert_with(|| {
+                        // The clock is read once per round, and only when needed.
+                        ctx.ct.now = ctx.started.elapsed().as_millis() as u64;
+                        shared.snapshot.load()
+                    });
                     ctx.pipeline(&mut burst, job.index, snap)
                 }
             };
         }
         if !shared.handoff[plan.worker].is_empty() {
-            let snap = snap.get_or_insert_with(|| shared.snapshot.load());
+            let snap = snap.get_or_insert_with(|| {
+                ctx.ct.now = ctx.started.elapsed().as_millis() as u64;
+                shared.snapshot.load()
+            });
             tx_total += ctx.handed_off(snap);
         }
         if !ctx.ct.table.is_empty() {
+            if snap.is_none() {
+                ctx.ct.now = ctx.started.elapsed().as_millis() as u64;
+            }
             ctx.ct.table.expire(ctx.ct.now, EXPIRE_BUDGET);
         }
         if !shared.ct_requests[plan.worker].is_empty() {
@@ -413,7 +422,12 @@ pub fn run(plan: &WorkerPlan, shared: &Shared, counters: &WorkerCounters, pool: 
             tx_total += ctx.inject();
         }
         counters.polls.add(1);
-        shared.epochs[plan.worker].fetch_add(1, Ordering::Release);
+        // Single writer: a load and a store, no locked instruction.
+        let epoch = &shared.epochs[plan.worker];
+        epoch.store(
+            epoch.load(Ordering::Relaxed).wrapping_add(1),
+            Ordering::Release,
+        );
         if jobs.is_empty() && shared.handoff[plan.worker].is_empty() {
             // Nothing to poll (yet): do not spin a core for it.
             std::thread::sleep(Duration::from_micros(200));
@@ -503,6 +517,7 @@ impl Ctx<'_> {
 
     /// Answers the control thread's requests about the connection table.
     fn answer_ct(&mut self) {
+        self.ct.now = self.started.elapsed().as_millis() as u64;
         while let Some(request) = self.shared.ct_requests[self.plan.worker].pop() {
             let reply = ct_requests::answer(
                 self.plan.worker as u16,
