@@ -1,10 +1,11 @@
-//! The ClassBench loader, the linear reference classifier, the compiled decision-tree
-//! classifier (`acl::Compiled`) and the bit-vector one against `rte_acl`'s own results on the
+//! The ClassBench loader, the linear reference classifier, the compiled classifier
+//! (`acl::Compiled`), the decision trees alone and the bit-vector one against `rte_acl`'s own results on the
 //! shared ClassBench sets (`../shared/data/classbench/`, beside the repo).
 
 use ferrule_dataplane::acl::classbench::{self, LoadError};
 use ferrule_dataplane::acl::{
-    BitVectorClassifier, Classifier, Compiled, FlowKey, LinearClassifier, NO_MATCH,
+    BitVectorClassifier, Classifier, Compiled, DecisionTreeClassifier, FlowKey, LinearClassifier,
+    NO_MATCH,
 };
 use std::path::PathBuf;
 
@@ -26,7 +27,12 @@ fn data_dir() -> PathBuf {
 #[derive(Debug, Clone, Copy)]
 enum Under {
     Linear,
-    Compiled,
+    /// What the data path uses; `ipv4` is the IPv4 lookup it is expected to pick.
+    Compiled {
+        ipv4: &'static str,
+    },
+    /// The decision trees alone (`ferrule-aclbench --alg tree`).
+    Tree,
     /// The aggregated bit vectors (`ferrule-aclbench --alg abv`).
     Abv,
 }
@@ -51,7 +57,12 @@ fn check_set(set: &str, limit: usize, under: Under) {
 
     let classifier: Box<dyn Classifier> = match under {
         Under::Linear => Box::new(LinearClassifier::new(rules)),
-        Under::Compiled => Box::new(Compiled::new(&rules).unwrap()),
+        Under::Compiled { ipv4 } => {
+            let compiled = Compiled::new(&rules).unwrap();
+            assert_eq!(compiled.ipv4_lookup(), ipv4, "{set}: IPv4 lookup");
+            Box::new(compiled)
+        }
+        Under::Tree => Box::new(DecisionTreeClassifier::new(&rules).unwrap()),
         Under::Abv => Box::new(BitVectorClassifier::new(&rules).unwrap()),
     };
     let mut out = vec![0u32; trace.len()];
@@ -86,14 +97,19 @@ fn acl1_10k_matches_rte_acl() {
 
 #[test]
 fn compiled_acl1_1k_matches_rte_acl() {
-    check_set("acl1_1k", usize::MAX, Under::Compiled);
+    check_set("acl1_1k", usize::MAX, Under::Compiled { ipv4: "rfc" });
+}
+
+#[test]
+fn tree_acl1_1k_matches_rte_acl() {
+    check_set("acl1_1k", usize::MAX, Under::Tree);
 }
 
 /// The whole trace, every line; the build and lookups take well under a second even
 /// in a debug build.
 #[test]
 fn compiled_acl1_10k_matches_rte_acl() {
-    check_set("acl1_10k", usize::MAX, Under::Compiled);
+    check_set("acl1_10k", usize::MAX, Under::Compiled { ipv4: "tree" });
 }
 
 #[test]

@@ -1,5 +1,6 @@
-//! The decision-tree classifier (`acl::Compiled`), and the bit-vector classifier with
-//! it, against the linear oracle: random
+//! The compiled classifier (`acl::Compiled`: RFC tables for IPv4 where they fit, else
+//! decision trees), the decision trees alone and the bit-vector classifier against the
+//! linear oracle: random
 //! IPv4, IPv6 and mixed rule sets with keys at rule boundaries, edge cases (empty set,
 //! identical rules, /0, host prefixes, ports 0 and 65535, masked protocols), batch
 //! results against single-key results, and a synthetic wildcard-heavy set of several
@@ -204,12 +205,18 @@ fn boundary_keys(rules: &[Rule], picks: &[(usize, [u16; 6])], families: Families
 /// `ferrule-aclbench`) and the oracle: batches of several odd sizes and single keys
 /// must all agree.
 fn check(rules: Vec<Rule>, keys: &[FlowKey]) -> Result<(), TestCaseError> {
-    let tree = Compiled::new(&rules).map_err(|e| TestCaseError::fail(e.to_string()))?;
+    let compiled = Compiled::new(&rules).map_err(|e| TestCaseError::fail(e.to_string()))?;
+    let tree =
+        DecisionTreeClassifier::new(&rules).map_err(|e| TestCaseError::fail(e.to_string()))?;
     let abv = BitVectorClassifier::new(&rules).map_err(|e| TestCaseError::fail(e.to_string()))?;
     let linear = LinearClassifier::new(rules);
     let mut want = vec![0u32; keys.len()];
     linear.classify_batch(keys, &mut want);
-    let under: [(&str, &dyn Classifier); 2] = [("tree", &tree), ("abv", &abv)];
+    let under: [(&str, &dyn Classifier); 3] = [
+        (compiled.ipv4_lookup(), &compiled),
+        ("tree", &tree),
+        ("abv", &abv),
+    ];
     for (name, classifier) in under {
         for batch in [1, 7, 32, 33, 37] {
             let mut got = vec![0u32; keys.len()];
@@ -237,8 +244,9 @@ fn check(rules: Vec<Rule>, keys: &[FlowKey]) -> Result<(), TestCaseError> {
         );
     }
     for (index, key) in keys.iter().enumerate() {
-        let single = tree.classify(key);
+        let single = compiled.classify(key);
         prop_assert_eq!(single, linear.classify(key), "single key {:?}", key);
+        prop_assert_eq!(tree.classify(key), single, "tree single key {:?}", key);
         prop_assert_eq!(
             single.map_or(NO_MATCH, |rule| rule as u32),
             want[index],

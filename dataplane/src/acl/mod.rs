@@ -1,7 +1,8 @@
 //! Access control lists: the rendered 6-tuple [`Rule`], the [`FlowKey`] (the pipeline's flow key) it is
 //! matched against, the [`LinearClassifier`] reference (the oracle every faster classifier is
-//! tested against), the compiled classifiers ([`Compiled`], the decision trees the data path
-//! uses, and the older aggregated bit vectors) and the ClassBench file formats `dpdk-test-acl`
+//! tested against), the compiled classifiers ([`Compiled`], the one the data path uses:
+//! RFC tables for IPv4 where they fit, decision trees otherwise and for IPv6; and the
+//! older aggregated bit vectors) and the ClassBench file formats `dpdk-test-acl`
 //! reads.
 //!
 //! Match semantics, shared by every classifier: a rule is five independent field
@@ -20,19 +21,20 @@
 
 pub mod bitvector;
 pub mod classbench;
+pub mod compiled;
 pub mod reference;
+pub mod rfc;
 pub mod rule;
 pub mod table;
 pub mod tree;
 
 pub use crate::flow::FlowKey;
 pub use bitvector::{BitVectorClassifier, ClassifierError};
+pub use compiled::Compiled;
 pub use reference::LinearClassifier;
+pub use rfc::Rfc;
 pub use rule::{Action, PortRange, Prefix, Proto, Rule, RuleError, RuleField};
 pub use tree::DecisionTreeClassifier;
-
-/// The compiled classifier the data path uses: build it with `Compiled::new(&rules)`.
-pub type Compiled = DecisionTreeClassifier;
 
 /// The result a batch lookup writes for a key no rule matches (`4294967295`, as printed
 /// by `dpdk-test-acl` users and the shared `*_expected` files).

@@ -227,7 +227,7 @@ impl Prefix {
     }
 
     /// `Some(true)` for IPv4, `Some(false)` for IPv6, `None` for any.
-    fn is_v4(&self) -> Option<bool> {
+    pub(super) fn is_v4(&self) -> Option<bool> {
         match self {
             Self::Any => None,
             Self::V4 { .. } => Some(true),

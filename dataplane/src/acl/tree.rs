@@ -927,6 +927,12 @@ pub struct DecisionTreeClassifier {
 impl DecisionTreeClassifier {
     /// Builds the classifier over `rules`, in priority order (index 0 first).
     pub fn new(rules: &[Rule]) -> Result<Self, ClassifierError> {
+        Self::build(rules, true)
+    }
+
+    /// Builds the classifier over `rules`; without `ipv4` the IPv4 trees stay empty
+    /// (another lookup serves IPv4 keys) and only IPv6 keys are classified.
+    pub(super) fn build(rules: &[Rule], ipv4: bool) -> Result<Self, ClassifierError> {
         let max = NONE as usize;
         if rules.len() > max {
             return Err(ClassifierError::TooManyRules {
@@ -942,7 +948,7 @@ impl DecisionTreeClassifier {
             let ports = [rule.src_port, rule.dst_port];
             let v4_capable = |p: &Prefix| matches!(p, Prefix::Any | Prefix::V4 { .. });
             let v6_capable = |p: &Prefix| matches!(p, Prefix::Any | Prefix::V6 { .. });
-            if v4_capable(&rule.src) && v4_capable(&rule.dst) {
+            if ipv4 && v4_capable(&rule.src) && v4_capable(&rule.dst) {
                 let (src, dst) = (v4_range(&rule.src), v4_range(&rule.dst));
                 v4_boxes.push(RuleBox {
                     lo: [src.0, dst.0, ports[0].lo.into(), ports[1].lo.into(), proto],

@@ -5,7 +5,8 @@
 use clap::{Parser, ValueEnum};
 use ferrule_dataplane::acl::classbench::{self, LoadError};
 use ferrule_dataplane::acl::{
-    BitVectorClassifier, Classifier, DecisionTreeClassifier, FlowKey, LinearClassifier, Rule,
+    BitVectorClassifier, Classifier, Compiled, DecisionTreeClassifier, FlowKey, LinearClassifier,
+    Rule,
 };
 use std::hint::black_box;
 use std::io::{BufWriter, Write};
@@ -52,14 +53,17 @@ struct Args {
     #[arg(long)]
     print_results: bool,
     /// Classifier to build.
-    #[arg(long, value_enum, default_value_t = Algorithm::Tree)]
+    #[arg(long, value_enum, default_value_t = Algorithm::Compiled)]
     alg: Algorithm,
 }
 
 /// The classifiers the benchmark can build.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Algorithm {
-    /// The decision-tree classifier the data path uses (`acl::Compiled`).
+    /// The classifier the data path uses (`acl::Compiled`): RFC for IPv4 where its
+    /// tables fit, the decision trees otherwise.
+    Compiled,
+    /// The decision trees alone, for both families.
     Tree,
     /// The linear reference: scans the rules in order (the correctness oracle).
     Linear,
@@ -72,6 +76,16 @@ impl Algorithm {
     fn build(self, rules: Vec<Rule>) -> Box<dyn Classifier> {
         match self {
             Self::Linear => Box::new(LinearClassifier::new(rules)),
+            Self::Compiled => match Compiled::new(&rules) {
+                Ok(classifier) => {
+                    eprintln!("ipv4 lookup:   {}", classifier.ipv4_lookup());
+                    Box::new(classifier)
+                }
+                Err(err) => {
+                    eprintln!("ferrule-aclbench: cannot build the classifier: {err}");
+                    std::process::exit(2);
+                }
+            },
             Self::Tree => match DecisionTreeClassifier::new(&rules) {
                 Ok(classifier) => Box::new(classifier),
                 Err(err) => {
