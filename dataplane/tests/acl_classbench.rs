@@ -109,7 +109,12 @@ fn tree_acl1_1k_matches_rte_acl() {
 /// in a debug build.
 #[test]
 fn compiled_acl1_10k_matches_rte_acl() {
-    check_set("acl1_10k", usize::MAX, Under::Compiled { ipv4: "tree" });
+    check_set("acl1_10k", usize::MAX, Under::Compiled { ipv4: "rfc" });
+}
+
+#[test]
+fn tree_acl1_10k_matches_rte_acl() {
+    check_set("acl1_10k", usize::MAX, Under::Tree);
 }
 
 #[test]

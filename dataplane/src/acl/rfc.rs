@@ -1,6 +1,6 @@
 //! Recursive flow classification (RFC, Gupta and McKeown) of IPv4 keys: the lookup
 //! [`super::Compiled`] uses for an IPv4 rule set whose tables fit a memory and build
-//! budget. It owns the equivalence-class build and the branch-free burst lookup.
+//! budget. It owns the equivalence-class build and the burst lookup.
 //!
 //! # Structure
 //!
@@ -17,19 +17,37 @@
 //! into destination classes, and the ports and protocol into port classes, each through
 //! a cross-product table indexed by the operands' classes. *Phase 2* combines two of
 //! those three, *phase 3* the result with the third; its table holds the first rule of
-//! each combination directly (or [`NO_MATCH`]). The pairing of phase 2 is chosen at
-//! build time to keep the tables small.
+//! each combination directly (`u16`, so at most 65,534 rules). The pairing of phase 2
+//! is the one with the smallest operands whose tables fit.
 //!
 //! A lookup is thus thirteen table loads in four dependent rounds, without a branch on
 //! the key; the loads of independent keys in a burst overlap.
 //!
+//! # Build
+//!
+//! A class is a set of rules, kept sparse (its non-zero 64-rule words) and interned by
+//! content. Two things keep the classes few and the build short:
+//!
+//! - *Wildcard cut*: a class of a table stops at its first rule that holds every value
+//!   of every chunk the table does not cover — that rule matches whatever those chunks
+//!   hold, so no later rule of the class can be the first match. Firewall-style sets,
+//!   with many rules wild in some fields, collapse to far fewer classes.
+//! - *Address spans*: a source (destination) class is a function of the address, so the
+//!   phase-1 address tables are filled by sweeping the 32-bit ranges of the rules once
+//!   and looking each pair of half classes up as an address in the sorted spans, rather
+//!   than intersecting every pair of half classes.
+//!
+//! Other intersections walk the operand with fewer words per class against the other
+//! as dense bit sets; the last phase finds each pair's first common rule with the
+//! other operand's words stored word-major.
+//!
 //! # Budget
 //!
-//! A class is the set of rules holding a value, as a bit set; classes are interned by
-//! their bit sets. The cross products grow with the number of classes, which rule sets
-//! with many overlapping wide ranges drive up: the build gives up (returns `None`) when
-//! a class count passes `u16`, the tables pass [`MAX_BYTES`] or the bit-set work passes
-//! [`MAX_BUILD_WORDS`], and the caller uses the decision trees instead.
+//! The build gives up (returns `None`, and the caller uses the decision trees) when a
+//! class count passes `u16`, the tables pass [`MAX_BYTES`] or the estimated work passes
+//! [`MAX_BUILD_WORDS`]. The sweeps are charged before any of them runs and each cross
+//! product before it is computed, and a phase-2 table stops as soon as its class count
+//! makes the last table too large, so a rule set RFC cannot take costs little.
 
 use super::rule::{Prefix, Proto, Rule};
 use super::{FlowKey, NO_MATCH};
@@ -38,51 +56,198 @@ use rustc_hash::FxHashMap;
 /// The most memory the tables of one classifier may take.
 pub const MAX_BYTES: usize = 16 << 20;
 
-/// The most bit-set words the build may combine (a bound on build time: ~10 ms per
-/// 2^24 words).
+/// The most work the build may do, in 64-bit words touched (a bound on build time:
+/// on the order of a nanosecond per word).
 pub const MAX_BUILD_WORDS: u64 = 48 << 20;
+
+/// Chunks: source high and low halves, destination high and low, ports, protocol.
+const CHUNKS: usize = 7;
+/// The protocol's chunk.
+const PROTO: usize = 6;
 
 /// One 16-bit chunk's class table.
 type Chunk16 = Box<[u16; 1 << 16]>;
 
-/// The interned equivalence classes of one table: bit sets over the rules.
+/// A set of rules as its non-zero 64-rule words, `(word index, bits)` in index order.
+type Set = [(u32, u64)];
+
+/// The interned equivalence classes of one table: sets of rules.
 #[derive(Debug)]
 struct Classes {
-    /// Words per bit set.
-    words: usize,
-    /// Class `c`'s bit set at `c * words`.
-    bits: Vec<u64>,
-    /// Class of a bit set.
-    ids: FxHashMap<Box<[u64]>, u16>,
+    /// The chunks the table's classes cover (bit `c` for chunk `c`).
+    covers: u8,
+    /// The rules that hold every value of every chunk not covered (a dense bit set):
+    /// the first such rule of a class wins over every later one, so a class's set ends
+    /// there.
+    wild: Vec<u64>,
+    /// Class `c`'s set: `words[starts[c]..starts[c + 1]]`.
+    words: Vec<(u32, u64)>,
+    starts: Vec<usize>,
+    /// The first class of each set hash, and per class the next one with its hash.
+    by_hash: FxHashMap<u64, u16>,
+    next: Vec<u16>,
+    /// The set being interned.
+    scratch: Vec<(u32, u64)>,
 }
 
+/// The last table's entry for no rule (so RFC takes fewer than 65,535 rules).
+const NO_RULE: u16 = u16::MAX;
+
+/// Marks the end of a hash chain.
+const END: u16 = u16::MAX;
+
 impl Classes {
-    fn new(words: usize) -> Self {
+    /// Classes covering the chunks in `covers`, given per chunk the rules holding all
+    /// of its values.
+    fn new(covers: u8, full: &[Vec<u64>; CHUNKS]) -> Self {
+        let mut wild = full[0].clone();
+        wild.fill(u64::MAX);
+        for (chunk, full) in full.iter().enumerate() {
+            if covers & (1 << chunk) == 0 {
+                for (wild, &full) in wild.iter_mut().zip(full) {
+                    *wild &= full;
+                }
+            }
+        }
         Self {
-            words,
-            bits: Vec::new(),
-            ids: FxHashMap::default(),
+            covers,
+            wild,
+            words: Vec::new(),
+            starts: vec![0],
+            by_hash: FxHashMap::default(),
+            next: Vec::new(),
+            scratch: Vec::new(),
         }
     }
 
     fn len(&self) -> usize {
-        self.bits.len() / self.words.max(1)
+        self.next.len()
     }
 
-    fn get(&self, class: usize) -> &[u64] {
-        &self.bits[class * self.words..(class + 1) * self.words]
+    fn get(&self, class: usize) -> &Set {
+        &self.words[self.starts[class]..self.starts[class + 1]]
     }
 
-    /// The class of `set`, added if new; `None` past `u16` classes.
-    fn intern(&mut self, set: &[u64]) -> Option<u16> {
-        if let Some(&id) = self.ids.get(set) {
-            return Some(id);
+    /// Every class as a dense bit set of `words` words, class `c` at `c * words`.
+    fn dense(&self, words: usize) -> Vec<u64> {
+        let mut dense = vec![0u64; self.len() * words];
+        for class in 0..self.len() {
+            for &(word, bits) in self.get(class) {
+                dense[class * words + word as usize] = bits;
+            }
         }
-        let id = u16::try_from(self.len()).ok()?;
-        self.bits.extend_from_slice(set);
-        self.ids.insert(set.into(), id);
+        dense
+    }
+
+    /// The class of the rules in both `left` and the dense `right` (all of `left` when
+    /// `right` is `None`), cut after the first wild rule; added if new. `None` past
+    /// `u16` classes.
+    fn intern_and(&mut self, left: &Set, right: Option<&[u64]>) -> Option<u16> {
+        self.scratch.clear();
+        let mut hash = 0u64;
+        for &(word, bits) in left {
+            let bits = right.map_or(bits, |right| bits & right[word as usize]);
+            if bits == 0 {
+                continue;
+            }
+            let wild = bits & self.wild[word as usize];
+            let bits = if wild != 0 {
+                bits & (u64::MAX >> (63 - wild.trailing_zeros()))
+            } else {
+                bits
+            };
+            hash = (hash ^ bits ^ u64::from(word).rotate_left(40))
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                .rotate_left(29);
+            self.scratch.push((word, bits));
+            if wild != 0 {
+                break;
+            }
+        }
+        let first = self.by_hash.get(&hash).copied();
+        let mut class = first.unwrap_or(END);
+        while class != END {
+            if self.get(usize::from(class)) == &self.scratch[..] {
+                return Some(class);
+            }
+            class = self.next[usize::from(class)];
+        }
+        let id = u16::try_from(self.len()).ok().filter(|&id| id != END)?;
+        self.words.extend_from_slice(&self.scratch);
+        self.starts.push(self.words.len());
+        self.next.push(first.unwrap_or(END));
+        self.by_hash.insert(hash, id);
         Some(id)
     }
+}
+
+/// Sweeps the values `0..end` given each rule's `(index, lo, hi)` range: calls
+/// `segment(from, to, rules)` for each maximal run of values `from..to` held by the
+/// same rules (bit sets of `words` words).
+fn sweep(
+    ranges: impl Iterator<Item = (u32, u64, u64)>,
+    end: u64,
+    words: usize,
+    mut segment: impl FnMut(u64, u64, &Set),
+) {
+    // (value where it changes, rule, whether the rule starts there).
+    let mut events: Vec<(u64, u32, bool)> = Vec::new();
+    for (index, lo, hi) in ranges {
+        events.push((lo, index, true));
+        if hi + 1 < end {
+            events.push((hi + 1, index, false));
+        }
+    }
+    events.sort_unstable_by_key(|&(at, _, _)| at);
+    // The current rules, dense, with a summary bit per non-zero word.
+    let mut dense = vec![0u64; words];
+    let mut summary = vec![0u64; words.div_ceil(64)];
+    let mut set = Vec::new();
+    let mut from = 0;
+    let mut events = events.into_iter().peekable();
+    loop {
+        let to = events.peek().map_or(end, |&(at, _, _)| at);
+        if to > from {
+            set.clear();
+            for (at, &bits) in summary.iter().enumerate() {
+                let mut bits = bits;
+                while bits != 0 {
+                    let word = at * 64 + bits.trailing_zeros() as usize;
+                    set.push((word as u32, dense[word]));
+                    bits &= bits - 1;
+                }
+            }
+            segment(from, to, &set);
+            from = to;
+        }
+        let Some((_, index, starts)) = events.next() else {
+            break;
+        };
+        let (word, bit) = (index as usize / 64, index % 64);
+        if starts {
+            dense[word] |= 1 << bit;
+        } else {
+            dense[word] &= !(1 << bit);
+        }
+        let flag = 1 << (word % 64);
+        if dense[word] == 0 {
+            summary[word / 64] &= !flag;
+        } else {
+            summary[word / 64] |= flag;
+        }
+    }
+}
+
+/// A dense bit set as a [`Set`] into `out`.
+fn sparse(dense: &[u64], out: &mut Vec<(u32, u64)>) {
+    out.clear();
+    out.extend(
+        dense
+            .iter()
+            .enumerate()
+            .filter(|(_, &bits)| bits != 0)
+            .map(|(word, &bits)| (word as u32, bits)),
+    );
 }
 
 /// A cross-product table: `cells[a * stride + b]` for operand classes `a` and `b`.
@@ -136,29 +301,35 @@ pub struct Rfc {
     /// which one phase 3 adds.
     order: [usize; 3],
     mid: Cross<u16>,
-    last: Cross<u32>,
+    /// The first rule, or [`NO_RULE`].
+    last: Cross<u16>,
 }
 
 impl Rfc {
     /// Builds the tables for the IPv4 keys of `rules` (priority order); `None` when a
     /// table, the class count or the build work would pass the budget.
     pub fn new(rules: &[Rule]) -> Option<Self> {
+        if rules.len() >= usize::from(NO_RULE) {
+            return None;
+        }
         let words = rules.len().div_ceil(64).max(1);
-        let mut budget = Budget { words: 0, bytes: 0 };
-        // Per rule, its range in each chunk; rules that cannot match an IPv4 key get
-        // none, so their bit is never set.
+        // Per rule, its range in each 16-bit chunk; rules that cannot match an IPv4
+        // key get none, so their bit is never set.
         let mut ranges: [Vec<(u32, u16, u16)>; 6] = Default::default();
+        let mut addresses: [Vec<(u32, u32, u32)>; 2] = Default::default();
+        let mut full: [Vec<u64>; CHUNKS] = std::array::from_fn(|_| vec![0; words]);
         for (index, rule) in rules.iter().enumerate() {
             let (Some(src), Some(dst)) = (v4_range(&rule.src), v4_range(&rule.dst)) else {
                 continue;
             };
-            let index = index as u32;
             let halves = |(lo, hi): (u32, u32)| {
                 [
                     ((lo >> 16) as u16, (hi >> 16) as u16),
                     (lo as u16, hi as u16),
                 ]
             };
+            addresses[0].push((index as u32, src.0, src.1));
+            addresses[1].push((index as u32, dst.0, dst.1));
             let [src_hi, src_lo] = halves(src);
             let [dst_hi, dst_lo] = halves(dst);
             let chunks = [
@@ -169,24 +340,39 @@ impl Rfc {
                 (rule.src_port.lo, rule.src_port.hi),
                 (rule.dst_port.lo, rule.dst_port.hi),
             ];
-            for (list, (lo, hi)) in ranges.iter_mut().zip(chunks) {
-                list.push((index, lo, hi));
+            let (word, bit) = (index / 64, index % 64);
+            for (chunk, (lo, hi)) in chunks.into_iter().enumerate() {
+                ranges[chunk].push((index as u32, lo, hi));
+                if (lo, hi) == (0, u16::MAX) {
+                    full[chunk][word] |= 1 << bit;
+                }
+            }
+            if matches!(rule.proto, Proto::Any | Proto::Masked { mask: 0, .. }) {
+                full[PROTO][word] |= 1 << bit;
             }
         }
+        let mut build = Builder {
+            words,
+            full,
+            budget: Budget { words: 0, bytes: 0 },
+        };
+        build.sweeps(ranges[0].len())?;
         // Each phase-1 table right after its operands, so a rule set that cannot fit
         // is refused before the work on the other chunks.
         let [src_hi, src_lo, dst_hi, dst_lo, sport, dport] = ranges;
-        let (src_hi, src_hi_classes) = chunk16(&src_hi, words, &mut budget)?;
-        let (src_lo, src_lo_classes) = chunk16(&src_lo, words, &mut budget)?;
-        let (src, src_classes) = cross(&src_hi_classes, &src_lo_classes, &mut budget)?;
-        let (dst_hi, dst_hi_classes) = chunk16(&dst_hi, words, &mut budget)?;
-        let (dst_lo, dst_lo_classes) = chunk16(&dst_lo, words, &mut budget)?;
-        let (dst, dst_classes) = cross(&dst_hi_classes, &dst_lo_classes, &mut budget)?;
-        let (proto, proto_classes) = proto_chunk(rules, &sport, words, &mut budget)?;
-        let (sport, sport_classes) = chunk16(&sport, words, &mut budget)?;
-        let (dport, dport_classes) = chunk16(&dport, words, &mut budget)?;
-        let (port_pair, pair_classes) = cross(&sport_classes, &dport_classes, &mut budget)?;
-        let (ports, port_classes) = cross(&pair_classes, &proto_classes, &mut budget)?;
+        let (src_hi, src_hi_classes) = build.chunk16(0, &src_hi)?;
+        let (src_lo, src_lo_classes) = build.chunk16(1, &src_lo)?;
+        let src_halves = [(&*src_hi, &src_hi_classes), (&*src_lo, &src_lo_classes)];
+        let (src, src_classes) = build.address_cross(src_halves, &addresses[0])?;
+        let (dst_hi, dst_hi_classes) = build.chunk16(2, &dst_hi)?;
+        let (dst_lo, dst_lo_classes) = build.chunk16(3, &dst_lo)?;
+        let dst_halves = [(&*dst_hi, &dst_hi_classes), (&*dst_lo, &dst_lo_classes)];
+        let (dst, dst_classes) = build.address_cross(dst_halves, &addresses[1])?;
+        let (proto, proto_classes) = build.proto_chunk(rules, &sport)?;
+        let (sport, sport_classes) = build.chunk16(4, &sport)?;
+        let (dport, dport_classes) = build.chunk16(5, &dport)?;
+        let (port_pair, pair_classes) = build.cross(&sport_classes, &dport_classes, usize::MAX)?;
+        let (ports, port_classes) = build.cross(&pair_classes, &proto_classes, usize::MAX)?;
 
         // Phase 2 combines the pair with the smallest product first; if the tables
         // outgrow the budget another pairing may still fit.
@@ -194,13 +380,18 @@ impl Rfc {
         let mut orders = [[0, 1, 2], [0, 2, 1], [1, 2, 0]];
         orders.sort_by_key(|o| phase1[o[0]].len() * phase1[o[1]].len());
         let mut built = None;
+        let spent = build.budget;
         for order in orders {
-            let mut attempt = budget;
-            let Some((mid, mid_classes)) = cross(phase1[order[0]], phase1[order[1]], &mut attempt)
+            build.budget = spent;
+            // Past this many classes the last table cannot fit: stop early.
+            let room = MAX_BYTES.saturating_sub(spent.bytes) / 2;
+            let max_classes = room / phase1[order[2]].len().max(1);
+            let Some((mid, mid_classes)) =
+                build.cross(phase1[order[0]], phase1[order[1]], max_classes)
             else {
                 continue;
             };
-            if let Some(last) = first_rules(&mid_classes, phase1[order[2]], &mut attempt) {
+            if let Some(last) = build.first_rules(&mid_classes, phase1[order[2]]) {
                 built = Some((order, mid, last));
                 break;
             }
@@ -242,7 +433,10 @@ impl Rfc {
         let port_class = self.ports.at(pair, self.proto[usize::from(proto)]);
         let phase1 = [src_class, dst_class, port_class];
         let mid = self.mid.at(phase1[self.order[0]], phase1[self.order[1]]);
-        self.last.at(mid, phase1[self.order[2]])
+        match self.last.at(mid, phase1[self.order[2]]) {
+            NO_RULE => NO_MATCH,
+            rule => u32::from(rule),
+        }
     }
 
     /// Classifies IPv4 `keys` into `out` (`out[i]` for `keys[i]`).
@@ -270,7 +464,7 @@ impl Rfc {
             + cross16(&self.port_pair)
             + cross16(&self.ports)
             + cross16(&self.mid)
-            + self.last.cells.len() * 4
+            + self.last.cells.len() * 2
     }
 }
 
@@ -287,123 +481,250 @@ fn v4_range(prefix: &Prefix) -> Option<(u32, u32)> {
     }
 }
 
-/// Phase 0 of one 16-bit chunk from each rule's `(index, lo, hi)`: a sweep over the
-/// range ends keeps the set of rules holding the current value.
-fn chunk16(
-    ranges: &[(u32, u16, u16)],
+/// Build state: the rules holding every value of each chunk, and the budget spent.
+struct Builder {
+    /// Words per dense bit set.
     words: usize,
-    budget: &mut Budget,
-) -> Option<(Chunk16, Classes)> {
-    // (value where it changes, rule, whether the rule starts there).
-    let mut events: Vec<(u32, u32, bool)> = Vec::with_capacity(ranges.len() * 2);
-    for &(index, lo, hi) in ranges {
-        events.push((u32::from(lo), index, true));
-        if hi < u16::MAX {
-            events.push((u32::from(hi) + 1, index, false));
-        }
+    /// Per chunk, the rules whose range in it is everything.
+    full: [Vec<u64>; CHUNKS],
+    budget: Budget,
+}
+
+impl Builder {
+    /// The work of one sweep over `ranges` ranges (see [`Self::sweeps`]).
+    fn sweep_work(&self, ranges: usize) -> u64 {
+        (ranges as u64 * 2 + 1) * self.words as u64 / 4
     }
-    events.sort_unstable_by_key(|&(at, _, _)| at);
-    budget.charge((events.len() as u64 + 1) * words as u64, (1 << 16) * 2)?;
-    let mut classes = Classes::new(words);
-    let mut table: Chunk16 = vec![0u16; 1 << 16]
-        .into_boxed_slice()
-        .try_into()
-        .expect("65536 entries");
-    let mut set = vec![0u64; words];
-    let mut from = 0usize;
-    let mut events = events.into_iter().peekable();
-    loop {
-        let to = events.peek().map_or(1 << 16, |&(at, _, _)| at as usize);
-        if to > from {
-            let class = classes.intern(&set)?;
-            table[from..to].fill(class);
-            from = to;
+
+    /// Charges the eight sweeps of phases 0 and 1 (six chunks, two addresses) and the
+    /// phase-0 tables at once, so a rule set too large for them costs nothing.
+    fn sweeps(&mut self, ranges: usize) -> Option<()> {
+        self.budget
+            .charge(8 * self.sweep_work(ranges), 6 * (1 << 16) * 2 + 256 * 2)
+    }
+
+    /// Phase 0 of 16-bit chunk `chunk` from each rule's `(index, lo, hi)` (charged by
+    /// [`Self::sweeps`]).
+    fn chunk16(&mut self, chunk: usize, ranges: &[(u32, u16, u16)]) -> Option<(Chunk16, Classes)> {
+        let mut classes = Classes::new(1 << chunk, &self.full);
+        let mut table: Chunk16 = vec![0u16; 1 << 16]
+            .into_boxed_slice()
+            .try_into()
+            .expect("65536 entries");
+        let ranges = ranges
+            .iter()
+            .map(|&(index, lo, hi)| (index, u64::from(lo), u64::from(hi)));
+        let mut full = false;
+        sweep(ranges, 1 << 16, self.words, |from, to, set| {
+            match classes.intern_and(set, None) {
+                Some(class) => table[from as usize..to as usize].fill(class),
+                None => full = true,
+            }
+        });
+        (!full).then_some((table, classes))
+    }
+
+    /// Phase 1 of an address: the classes of the whole 32-bit values from each rule's
+    /// `(index, lo, hi)`, and the table from the classes of the two halves (`halves`:
+    /// the high and low chunk's table and classes) to them. Every pair of half classes
+    /// is an address: its class is that of the 32-bit range the address falls in, so
+    /// the table is filled by walking the ranges instead of intersecting sets.
+    fn address_cross(
+        &mut self,
+        halves: [(&[u16; 1 << 16], &Classes); 2],
+        ranges: &[(u32, u32, u32)],
+    ) -> Option<(Cross<u16>, Classes)> {
+        let [(hi_table, hi), (lo_table, lo)] = halves;
+        let cells = hi.len() * lo.len();
+        // The sweep is charged by `sweeps`.
+        self.budget.charge(cells as u64 / 8, cells * 2)?;
+        let mut classes = Classes::new(hi.covers | lo.covers, &self.full);
+        // The 32-bit ranges' classes: (first value, class), in value order.
+        let mut spans: Vec<(u64, u16)> = Vec::new();
+        let ranges = ranges
+            .iter()
+            .map(|&(index, lo, hi)| (index, u64::from(lo), u64::from(hi)));
+        let mut full = false;
+        sweep(ranges, 1 << 32, self.words, |from, _, set| {
+            match classes.intern_and(set, None) {
+                Some(class) => spans.push((from, class)),
+                None => full = true,
+            }
+        });
+        if full {
+            return None;
         }
-        let Some((at, index, starts)) = events.next() else {
-            break;
+        // One value of each half class; the low ones in value order.
+        let representatives = |table: &[u16; 1 << 16], count: usize| {
+            let mut first = vec![u32::MAX; count];
+            for (value, &class) in table.iter().enumerate().rev() {
+                first[usize::from(class)] = value as u32;
+            }
+            first
         };
-        debug_assert_eq!(at as usize, from);
-        let (word, bit) = (index as usize / 64, index % 64);
-        if starts {
-            set[word] |= 1 << bit;
-        } else {
-            set[word] &= !(1 << bit);
+        let hi_values = representatives(hi_table, hi.len());
+        let mut lo_values: Vec<(u32, usize)> = representatives(lo_table, lo.len())
+            .into_iter()
+            .enumerate()
+            .map(|(class, value)| (value, class))
+            .collect();
+        lo_values.sort_unstable();
+        let mut table = vec![0u16; cells];
+        for (hi_class, &hi_value) in hi_values.iter().enumerate() {
+            let base = u64::from(hi_value) << 16;
+            let mut span = spans.partition_point(|&(from, _)| from <= base) - 1;
+            for &(lo_value, lo_class) in &lo_values {
+                let address = base | u64::from(lo_value);
+                while span + 1 < spans.len() && spans[span + 1].0 <= address {
+                    span += 1;
+                }
+                table[hi_class * lo.len() + lo_class] = spans[span].1;
+            }
         }
+        let cross = Cross {
+            stride: lo.len(),
+            cells: table.into_boxed_slice(),
+        };
+        Some((cross, classes))
     }
-    Some((table, classes))
-}
 
-/// Phase 0 of the protocol: each of the 256 values tested against every IPv4 rule
-/// (the rules in `v4_rules`, as listed for any chunk).
-fn proto_chunk(
-    rules: &[Rule],
-    v4_rules: &[(u32, u16, u16)],
-    words: usize,
-    budget: &mut Budget,
-) -> Option<(Box<[u16; 256]>, Classes)> {
-    budget.charge(256 * words as u64, 256 * 2)?;
-    let mut classes = Classes::new(words);
-    let mut table = Box::new([0u16; 256]);
-    let mut set = vec![0u64; words];
-    for (value, class) in table.iter_mut().enumerate() {
-        set.fill(0);
+    /// Phase 0 of the protocol: each of the 256 values tested against every IPv4 rule
+    /// (the rules in `v4_rules`, as listed for any chunk).
+    fn proto_chunk(
+        &mut self,
+        rules: &[Rule],
+        v4_rules: &[(u32, u16, u16)],
+    ) -> Option<(Box<[u16; 256]>, Classes)> {
+        self.budget.charge(256 * self.words as u64, 0)?;
+        let mut classes = Classes::new(1 << PROTO, &self.full);
+        let mut table = Box::new([0u16; 256]);
+        let mut dense = vec![0u64; self.words];
+        let mut set = Vec::new();
+        // Rules grouped by protocol set: few distinct ones.
+        let mut groups: Vec<(Proto, Vec<u64>)> = Vec::new();
         for &(index, _, _) in v4_rules {
-            let proto: Proto = rules[index as usize].proto;
-            if proto.matches(value as u8) {
-                set[index as usize / 64] |= 1 << (index % 64);
+            let proto = rules[index as usize].proto;
+            let at = match groups.iter().position(|(p, _)| *p == proto) {
+                Some(at) => at,
+                None => {
+                    groups.push((proto, vec![0; self.words]));
+                    groups.len() - 1
+                }
+            };
+            groups[at].1[index as usize / 64] |= 1 << (index % 64);
+        }
+        for (value, class) in table.iter_mut().enumerate() {
+            dense.fill(0);
+            for (proto, members) in &groups {
+                if proto.matches(value as u8) {
+                    for (dense, &member) in dense.iter_mut().zip(members) {
+                        *dense |= member;
+                    }
+                }
+            }
+            sparse(&dense, &mut set);
+            *class = classes.intern_and(&set, None)?;
+        }
+        Some((table, classes))
+    }
+
+    /// Charges the work of combining every class of `a` with every class of `b` (per
+    /// pair the words of the sparser operand's set, see [`Self::pairs`]) and a table of
+    /// `cell_bytes` per pair.
+    fn charge_cross(&mut self, a: &Classes, b: &Classes, cell_bytes: usize) -> Option<()> {
+        let pairs = (a.len() * b.len()) as u64;
+        let walked =
+            (a.words.len() as u64 * b.len() as u64).min(b.words.len() as u64 * a.len() as u64);
+        let dense = (a.len().min(b.len()) * self.words) as u64;
+        self.budget
+            .charge(walked + pairs + dense, a.len() * b.len() * cell_bytes)
+    }
+
+    /// Calls `cell(position, sparse set, dense set)` for every pair of a class of `a`
+    /// and a class of `b`, `position` being `a * b.len() + b`, until it returns false:
+    /// the operand with fewer words per class is walked, the other one looked up as
+    /// dense bit sets.
+    fn pairs(&self, a: &Classes, b: &Classes, mut cell: impl FnMut(usize, &Set, &[u64]) -> bool) {
+        let walk_a = a.words.len() * b.len() <= b.words.len() * a.len();
+        let (walked, dense) = if walk_a { (a, b) } else { (b, a) };
+        let dense_sets = dense.dense(self.words);
+        for i in 0..walked.len() {
+            let left = walked.get(i);
+            for (j, right) in dense_sets.chunks_exact(self.words).enumerate() {
+                let position = if walk_a {
+                    i * b.len() + j
+                } else {
+                    j * b.len() + i
+                };
+                if !cell(position, left, right) {
+                    return;
+                }
             }
         }
-        *class = classes.intern(&set)?;
     }
-    Some((table, classes))
-}
 
-/// The cross product of two class sets: each pair's intersection, interned.
-fn cross(a: &Classes, b: &Classes, budget: &mut Budget) -> Option<(Cross<u16>, Classes)> {
-    let words = a.words;
-    let cells = a.len() * b.len();
-    budget.charge(cells as u64 * words as u64, cells * 2)?;
-    let mut classes = Classes::new(words);
-    let mut table = Vec::with_capacity(cells);
-    let mut set = vec![0u64; words];
-    for i in 0..a.len() {
-        let left = a.get(i);
-        for j in 0..b.len() {
-            for ((out, &x), &y) in set.iter_mut().zip(left).zip(b.get(j)) {
-                *out = x & y;
+    /// The cross product of two class sets: each pair's intersection, interned; `None`
+    /// past `max_classes` classes.
+    fn cross(
+        &mut self,
+        a: &Classes,
+        b: &Classes,
+        max_classes: usize,
+    ) -> Option<(Cross<u16>, Classes)> {
+        self.charge_cross(a, b, 2)?;
+        let mut classes = Classes::new(a.covers | b.covers, &self.full);
+        let mut table = vec![0u16; a.len() * b.len()];
+        let mut full = false;
+        self.pairs(a, b, |position, left, right| {
+            match classes.intern_and(left, Some(right)) {
+                Some(class) if classes.len() <= max_classes => table[position] = class,
+                _ => full = true,
             }
-            table.push(classes.intern(&set)?);
+            !full
+        });
+        if full {
+            return None;
         }
+        let cross = Cross {
+            stride: b.len(),
+            cells: table.into_boxed_slice(),
+        };
+        Some((cross, classes))
     }
-    let cross = Cross {
-        stride: b.len(),
-        cells: table.into_boxed_slice(),
-    };
-    Some((cross, classes))
-}
 
-/// The last phase: for each pair of classes, the first rule both hold.
-fn first_rules(a: &Classes, b: &Classes, budget: &mut Budget) -> Option<Cross<u32>> {
-    let cells = a.len() * b.len();
-    budget.charge(cells as u64 * a.words as u64, cells * 4)?;
-    let mut table = Vec::with_capacity(cells);
-    for i in 0..a.len() {
-        let left = a.get(i);
+    /// The last phase: for each pair of classes, the first rule both hold.
+    ///
+    /// Per class of `a`, its words are checked against every class of `b` at once
+    /// (`b`'s sets stored word-major), stopping when every pair has its rule.
+    fn first_rules(&mut self, a: &Classes, b: &Classes) -> Option<Cross<u16>> {
+        self.charge_cross(a, b, 2)?;
+        let mut table = vec![NO_RULE; a.len() * b.len()];
+        // by_word[w * b.len() + j]: word `w` of class `j` of `b`.
+        let mut by_word = vec![0u64; self.words * b.len()];
         for j in 0..b.len() {
-            let first = left
-                .iter()
-                .zip(b.get(j))
-                .enumerate()
-                .find_map(|(w, (&x, &y))| {
-                    let both = x & y;
-                    (both != 0).then(|| w as u32 * 64 + both.trailing_zeros())
-                })
-                .unwrap_or(NO_MATCH);
-            table.push(first);
+            for &(word, bits) in b.get(j) {
+                by_word[word as usize * b.len() + j] = bits;
+            }
         }
+        for (i, row) in table.chunks_exact_mut(b.len().max(1)).enumerate() {
+            let mut open = b.len();
+            for &(word, bits) in a.get(i) {
+                let column = &by_word[word as usize * b.len()..][..b.len()];
+                for (cell, &other) in row.iter_mut().zip(column) {
+                    let both = bits & other;
+                    if *cell == NO_RULE && both != 0 {
+                        *cell = (word * 64 + both.trailing_zeros()) as u16;
+                        open -= 1;
+                    }
+                }
+                if open == 0 {
+                    break;
+                }
+            }
+        }
+        Some(Cross {
+            stride: b.len(),
+            cells: table.into_boxed_slice(),
+        })
     }
-    Some(Cross {
-        stride: b.len(),
-        cells: table.into_boxed_slice(),
-    })
 }
