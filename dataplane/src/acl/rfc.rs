@@ -374,28 +374,47 @@ impl Rfc {
         let (port_pair, pair_classes) = build.cross(&sport_classes, &dport_classes, usize::MAX)?;
         let (ports, port_classes) = build.cross(&pair_classes, &proto_classes, usize::MAX)?;
 
-        // Phase 2 combines the pair with the smallest product first; if the tables
-        // outgrow the budget another pairing may still fit.
+        // Phase 2 tries the pairs with the smallest product first. Once one fits, the
+        // others are tried if the build's work stays under a quarter of the budget with
+        // theirs, and the one whose tables come out smallest gets its last table built.
         let phase1 = [&src_classes, &dst_classes, &port_classes];
         let mut orders = [[0, 1, 2], [0, 2, 1], [1, 2, 0]];
         orders.sort_by_key(|o| phase1[o[0]].len() * phase1[o[1]].len());
-        let mut built = None;
-        let spent = build.budget;
+        // (order, phase-2 table and classes, bytes of the phase-2 and last tables).
+        let mut best: Option<([usize; 3], Cross<u16>, Classes, usize)> = None;
         for order in orders {
-            build.budget = spent;
-            // Past this many classes the last table cannot fit: stop early.
-            let room = MAX_BYTES.saturating_sub(spent.bytes) / 2;
-            let max_classes = room / phase1[order[2]].len().max(1);
+            let room = match &best {
+                None => MAX_BYTES.saturating_sub(build.budget.bytes),
+                Some(best) => {
+                    let work =
+                        build.budget.words + build.cross_work(phase1[order[0]], phase1[order[1]]);
+                    if work > MAX_BUILD_WORDS / 4 {
+                        continue;
+                    }
+                    best.3 - 1
+                }
+            };
+            let third = phase1[order[2]].len().max(1);
+            // Past this many classes the tables cannot fit in `room`: stop early.
+            let max_classes =
+                (room / 2).saturating_sub(phase1[order[0]].len() * phase1[order[1]].len()) / third;
+            let bytes = build.budget.bytes;
             let Some((mid, mid_classes)) =
                 build.cross(phase1[order[0]], phase1[order[1]], max_classes)
             else {
                 continue;
             };
-            if let Some(last) = build.first_rules(&mid_classes, phase1[order[2]]) {
-                built = Some((order, mid, last));
-                break;
+            // Only the kept phase-2 table counts against the memory budget.
+            build.budget.bytes = bytes;
+            let tables = 2 * (mid.cells.len() + mid_classes.len() * third);
+            if best.as_ref().is_none_or(|best| tables < best.3) {
+                best = Some((order, mid, mid_classes, tables));
             }
         }
+        let (order, mid, mid_classes, _) = best?;
+        build.budget.charge(0, mid.cells.len() * 2)?;
+        let last = build.first_rules(&mid_classes, phase1[order[2]])?;
+        let built = Some((order, mid, last));
         let (order, mid, last) = built?;
         Some(Self {
             src_hi,
@@ -628,16 +647,19 @@ impl Builder {
         Some((table, classes))
     }
 
-    /// Charges the work of combining every class of `a` with every class of `b` (per
-    /// pair the words of the sparser operand's set, see [`Self::pairs`]) and a table of
-    /// `cell_bytes` per pair.
-    fn charge_cross(&mut self, a: &Classes, b: &Classes, cell_bytes: usize) -> Option<()> {
+    /// The work of combining every class of `a` with every class of `b`: per pair the
+    /// words of the sparser operand's set (see [`Self::pairs`]).
+    fn cross_work(&self, a: &Classes, b: &Classes) -> u64 {
         let pairs = (a.len() * b.len()) as u64;
         let walked =
             (a.words.len() as u64 * b.len() as u64).min(b.words.len() as u64 * a.len() as u64);
-        let dense = (a.len().min(b.len()) * self.words) as u64;
-        self.budget
-            .charge(walked + pairs + dense, a.len() * b.len() * cell_bytes)
+        walked + pairs + (a.len().min(b.len()) * self.words) as u64
+    }
+
+    /// Charges [`Self::cross_work`] and a table of `cell_bytes` per pair.
+    fn charge_cross(&mut self, a: &Classes, b: &Classes, cell_bytes: usize) -> Option<()> {
+        let work = self.cross_work(a, b);
+        self.budget.charge(work, a.len() * b.len() * cell_bytes)
     }
 
     /// Calls `cell(position, sparse set, dense set)` for every pair of a class of `a`
@@ -694,31 +716,28 @@ impl Builder {
 
     /// The last phase: for each pair of classes, the first rule both hold.
     ///
-    /// Per class of `a`, its words are checked against every class of `b` at once
-    /// (`b`'s sets stored word-major), stopping when every pair has its rule.
+    /// Per class of `a`, each of its words is checked against the classes of `b` with
+    /// rules in that word (`b`'s sets stored word-major); words come in rule order, so
+    /// the first common word gives the first common rule.
     fn first_rules(&mut self, a: &Classes, b: &Classes) -> Option<Cross<u16>> {
         self.charge_cross(a, b, 2)?;
         let mut table = vec![NO_RULE; a.len() * b.len()];
-        // by_word[w * b.len() + j]: word `w` of class `j` of `b`.
-        let mut by_word = vec![0u64; self.words * b.len()];
+        // Per word `w`, the classes of `b` with rules in it: `columns[w]` lists
+        // `(class, bits)`.
+        let mut columns: Vec<Vec<(u32, u64)>> = vec![Vec::new(); self.words];
         for j in 0..b.len() {
             for &(word, bits) in b.get(j) {
-                by_word[word as usize * b.len() + j] = bits;
+                columns[word as usize].push((j as u32, bits));
             }
         }
         for (i, row) in table.chunks_exact_mut(b.len().max(1)).enumerate() {
-            let mut open = b.len();
             for &(word, bits) in a.get(i) {
-                let column = &by_word[word as usize * b.len()..][..b.len()];
-                for (cell, &other) in row.iter_mut().zip(column) {
+                for &(j, other) in &columns[word as usize] {
                     let both = bits & other;
-                    if *cell == NO_RULE && both != 0 {
+                    let cell = &mut row[j as usize];
+                    if both != 0 && *cell == NO_RULE {
                         *cell = (word * 64 + both.trailing_zeros()) as u16;
-                        open -= 1;
                     }
-                }
-                if open == 0 {
-                    break;
                 }
             }
         }
