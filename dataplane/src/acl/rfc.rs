@@ -435,8 +435,25 @@ impl Rfc {
     }
 
     /// The index of the first rule matching the IPv4 fields, or [`NO_MATCH`].
-    #[inline(always)]
     pub fn lookup(&self, src: u32, dst: u32, sport: u16, dport: u16, proto: u8) -> u32 {
+        match self.order {
+            [0, 1, 2] => self.lookup_in::<0, 1, 2>(src, dst, sport, dport, proto),
+            [0, 2, 1] => self.lookup_in::<0, 2, 1>(src, dst, sport, dport, proto),
+            _ => self.lookup_in::<1, 2, 0>(src, dst, sport, dport, proto),
+        }
+    }
+
+    /// [`Self::lookup`] with the phase-2 pairing `[A, B]` and `C` for phase 3 (indices
+    /// into source, destination, ports) fixed at compile time.
+    #[inline(always)]
+    fn lookup_in<const A: usize, const B: usize, const C: usize>(
+        &self,
+        src: u32,
+        dst: u32,
+        sport: u16,
+        dport: u16,
+        proto: u8,
+    ) -> u32 {
         let src_class = self.src.at(
             self.src_hi[(src >> 16) as usize],
             self.src_lo[(src & 0xFFFF) as usize],
@@ -451,8 +468,8 @@ impl Rfc {
         );
         let port_class = self.ports.at(pair, self.proto[usize::from(proto)]);
         let phase1 = [src_class, dst_class, port_class];
-        let mid = self.mid.at(phase1[self.order[0]], phase1[self.order[1]]);
-        match self.last.at(mid, phase1[self.order[2]]) {
+        let mid = self.mid.at(phase1[A], phase1[B]);
+        match self.last.at(mid, phase1[C]) {
             NO_RULE => NO_MATCH,
             rule => u32::from(rule),
         }
@@ -461,8 +478,21 @@ impl Rfc {
     /// Classifies IPv4 `keys` into `out` (`out[i]` for `keys[i]`).
     #[inline]
     pub fn classify_burst(&self, keys: &[FlowKey], out: &mut [u32]) {
+        match self.order {
+            [0, 1, 2] => self.burst_in::<0, 1, 2>(keys, out),
+            [0, 2, 1] => self.burst_in::<0, 2, 1>(keys, out),
+            _ => self.burst_in::<1, 2, 0>(keys, out),
+        }
+    }
+
+    /// [`Self::classify_burst`] for one phase-2 pairing.
+    fn burst_in<const A: usize, const B: usize, const C: usize>(
+        &self,
+        keys: &[FlowKey],
+        out: &mut [u32],
+    ) {
         for (key, out) in keys.iter().zip(out.iter_mut()) {
-            *out = self.lookup(
+            *out = self.lookup_in::<A, B, C>(
                 key.src_v4(),
                 key.dst_v4(),
                 key.src_port,
