@@ -485,20 +485,43 @@ impl Rfc {
         }
     }
 
-    /// [`Self::classify_burst`] for one phase-2 pairing.
+    /// [`Self::classify_burst`] for one phase-2 pairing: up to 32 keys go through
+    /// phases 0 and 1 together, then through phases 2 and 3, so the loads of a round
+    /// are independent across keys and their cache misses overlap.
     fn burst_in<const A: usize, const B: usize, const C: usize>(
         &self,
         keys: &[FlowKey],
         out: &mut [u32],
     ) {
-        for (key, out) in keys.iter().zip(out.iter_mut()) {
-            *out = self.lookup_in::<A, B, C>(
-                key.src_v4(),
-                key.dst_v4(),
-                key.src_port,
-                key.dst_port,
-                key.proto,
-            );
+        let mut phase1 = [[0u16; 3]; 32];
+        for (keys, out) in keys.chunks(32).zip(out.chunks_mut(32)) {
+            for (key, classes) in keys.iter().zip(phase1.iter_mut()) {
+                let (src, dst) = (key.src_v4(), key.dst_v4());
+                *classes = [
+                    self.src.at(
+                        self.src_hi[(src >> 16) as usize],
+                        self.src_lo[(src & 0xFFFF) as usize],
+                    ),
+                    self.dst.at(
+                        self.dst_hi[(dst >> 16) as usize],
+                        self.dst_lo[(dst & 0xFFFF) as usize],
+                    ),
+                    self.ports.at(
+                        self.port_pair.at(
+                            self.sport[usize::from(key.src_port)],
+                            self.dport[usize::from(key.dst_port)],
+                        ),
+                        self.proto[usize::from(key.proto)],
+                    ),
+                ];
+            }
+            for (out, classes) in out.iter_mut().zip(&phase1) {
+                let mid = self.mid.at(classes[A], classes[B]);
+                *out = match self.last.at(mid, classes[C]) {
+                    NO_RULE => NO_MATCH,
+                    rule => u32::from(rule),
+                };
+            }
         }
     }
 
