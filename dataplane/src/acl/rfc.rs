@@ -414,8 +414,6 @@ impl Rfc {
         let (order, mid, mid_classes, _) = best?;
         build.budget.charge(0, mid.cells.len() * 2)?;
         let last = build.first_rules(&mid_classes, phase1[order[2]])?;
-        let built = Some((order, mid, last));
-        let (order, mid, last) = built?;
         Some(Self {
             src_hi,
             src_lo,
