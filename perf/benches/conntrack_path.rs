@@ -1030,7 +1030,8 @@ fn main() {
         let off = samples.get(&format!("{group}/ct_off")).map(|o| median(o));
         print!("  {group}/{id}: {ns:.1} ns, {:.2} Mpps", 1e3 / ns);
         match off {
-            Some(o) if id != "ct_off" => println!(" | ct on / ct off = {:.2}", o / ns),
+            Some(o) if id == "ct_snat" => println!(" | ct on / ct off = {:.2}", o / ns),
+            _ if id == "ct_nat_only" => println!(" (the conntrack and NAT stages alone)"),
             _ => println!(),
         }
     }
