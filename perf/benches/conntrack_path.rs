@@ -11,6 +11,12 @@
 //! - `new_connections`: SYNs of distinct tuples from the pod port (ct miss, ingress ACL
 //!   with the reflect rule, route, SNAT port allocation, insert, SNAT rewrite) into a
 //!   table filling from empty to 1M (flushed, untimed, when full);
+//! - `*/ct_nat_only`: the conntrack and NAT stages alone, as `process_burst` runs them
+//!   (`ct::lookup_burst`: hash, prefetch, lookup, `track`, reply translated back; the
+//!   SNAT prefetch hint; `ct::commit`: SNAT allocation and insert for new connections,
+//!   masquerade rewrite with incremental checksums), on the same streams already
+//!   parsed (untimed) with their route known, and for new connections the ingress
+//!   ACL's `reflect` verdict given;
 //! - `*_ct_off`: the same frames (replies addressed to the pods) with conntrack off (no
 //!   SNAT, no ACL, no `Conntrack`): the in-run baseline.
 //!
@@ -22,20 +28,23 @@
 //! `1000,1000000`), `FERRULE_BENCH_NO_BASELINE=1` (skip the conntrack-off runs),
 //! `FERRULE_BENCH_NO_NEW=1` (skip the new-connection case), `FERRULE_BENCH_NO_HUGE=1`
 //! (the table on ordinary 4 KiB pages instead of transparent huge pages),
-//! `FERRULE_BENCH_CPU_TIME=1` (time with the thread's CPU time instead of wall time, on
-//! a machine shared with other work).
+//! `FERRULE_BENCH_BURST=<n>` (packets per burst, default 32), `FERRULE_BENCH_CPU_TIME=1` (time with the thread's CPU time instead of wall time, on
+//! a machine shared with other work), `FERRULE_BENCH_COUNT=<bursts>` (no criterion: each
+//! case runs once for that many bursts, for `valgrind --tool=callgrind
+//! --toggle-collect='*counted*'`: the inclusive cost of `Worker::burst` and
+//! `CtPart::ct_nat_burst` is then the timed bursts' cost).
 
 use criterion::{black_box, Criterion, Throughput};
 use ferrule_dataplane::acl::table::{AclTables, Table};
 use ferrule_dataplane::acl::{Action as AclAction, Rule};
-use ferrule_dataplane::conntrack::{CtConfig, NoAdvice, BYTES_PER_CONNECTION};
+use ferrule_dataplane::conntrack::{CtConfig, KeyHash, NoAdvice, BYTES_PER_CONNECTION};
 use ferrule_dataplane::counters::{DropReason, MAX_PORTS};
 use ferrule_dataplane::dpdk::memory::HugePages;
 use ferrule_dataplane::dpdk::thread_cpu_time;
 use ferrule_dataplane::lpm::{Lpm4, Lpm6};
 use ferrule_dataplane::nat::{Cidr4, SnatPolicy, DEFAULT_PORTS};
-use ferrule_dataplane::pipeline::ct::Conntrack;
-use ferrule_dataplane::pipeline::{self, Action, NoTrace, Scratch};
+use ferrule_dataplane::pipeline::ct::{self, Conntrack, CtMark};
+use ferrule_dataplane::pipeline::{self, Action, NoTrace, Parsed, Scratch};
 use ferrule_dataplane::snapshot::{Neighbor, Network, NextHopEntry, PortRole, PortState, Snapshot};
 use ferrule_dataplane::wire::{checksum, EthernetAddress};
 use rand::prelude::*;
@@ -46,7 +55,23 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const BURST: usize = 32;
+/// Packets per burst: 32, or `FERRULE_BENCH_BURST` (a power of two, at most
+/// `pipeline::MAX_BURST`).
+fn burst_size() -> usize {
+    static SIZE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *SIZE.get_or_init(|| {
+        let n = std::env::var("FERRULE_BENCH_BURST")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(32usize);
+        assert!(
+            n.is_power_of_two() && n <= pipeline::MAX_BURST,
+            "FERRULE_BENCH_BURST: a power of two up to {}",
+            pipeline::MAX_BURST
+        );
+        n
+    })
+}
 /// Frames in the arena the timed loop runs over (512 KiB); it is refilled, untimed,
 /// from the stream after every pass (the pipeline rewrites frames in place).
 const ARENA: usize = 8192;
@@ -287,7 +312,7 @@ struct Worker {
     snap: Snapshot,
     ct: Option<Conntrack>,
     scratch: Box<Scratch>,
-    actions: [Action; BURST],
+    actions: [Action; pipeline::MAX_BURST],
     packets: u64,
 }
 
@@ -297,13 +322,13 @@ impl Worker {
             snap,
             ct,
             scratch: Box::default(),
-            actions: [Action::Drop(DropReason::Malformed); BURST],
+            actions: [Action::Drop(DropReason::Malformed); pipeline::MAX_BURST],
             packets: 0,
         }
     }
 
     /// One burst received on `port`.
-    #[inline(always)]
+    #[inline(never)]
     fn burst(&mut self, port: u16, frames: &mut [Frame]) {
         if let Some(ct) = self.ct.as_mut() {
             ct.now = 1_000 + self.packets / PACKETS_PER_MS;
@@ -329,7 +354,7 @@ impl Worker {
         port_of: impl Fn(usize) -> u16,
         expect: impl Fn(usize) -> u16,
     ) {
-        for (b, burst) in frames.chunks_mut(BURST).enumerate() {
+        for (b, burst) in frames.chunks_mut(burst_size()).enumerate() {
             self.burst(port_of(b), burst);
             for a in &self.actions[..burst.len()] {
                 assert_eq!(*a, Action::Forward { port: expect(b) }, "burst {b}");
@@ -356,10 +381,13 @@ fn other_side(b: usize) -> u16 {
 }
 
 /// Times `iters` bursts of `stream`, cycling through it: each pass over the arena is
-/// timed, the arena refilled (untimed) from the stream between passes.
+/// timed, the arena refilled (untimed) from the stream between passes. With `parsed`
+/// (the conntrack-and-NAT cases) each frame's parse result is refilled alongside.
 struct Runner {
     stream: Vec<Frame>,
     arena: Vec<Frame>,
+    parsed_stream: Vec<Parsed>,
+    parsed: Vec<Parsed>,
     /// Next stream position to refill from, and the position in the arena.
     next: usize,
     pos: usize,
@@ -372,33 +400,160 @@ impl Runner {
             next: arena.len() % stream.len(),
             stream,
             arena,
+            parsed_stream: Vec::new(),
+            parsed: Vec::new(),
             pos: 0,
         }
     }
 
-    /// Returns the time taken; `burst(index in stream order, frames)` runs one burst.
-    fn run(&mut self, iters: u64, mut burst: impl FnMut(usize, &mut [Frame])) -> Duration {
+    /// A runner that also hands out each frame's parse result (parsed here, untimed).
+    fn parsed(stream: Vec<Frame>) -> Runner {
+        let mut r = Runner::new(stream);
+        r.parsed_stream = r
+            .stream
+            .iter()
+            .map(|f| pipeline::parse(f, 0).expect("parses"))
+            .collect();
+        r.parsed = r.parsed_stream[..r.arena.len()].to_vec();
+        r
+    }
+
+    /// Returns the time taken; `burst(index in stream order, frames, parsed)` runs one
+    /// burst (`parsed` is empty unless the runner was made by [`Runner::parsed`]).
+    fn run(
+        &mut self,
+        iters: u64,
+        mut burst: impl FnMut(usize, &mut [Frame], &mut [Parsed]),
+    ) -> Duration {
         let mut total = Duration::ZERO;
         let mut left = iters as usize;
         let n = self.arena.len();
+        let with_parsed = !self.parsed.is_empty();
         while left > 0 {
             if self.pos == n {
                 let end = self.next + n;
                 self.arena.copy_from_slice(&self.stream[self.next..end]);
+                if with_parsed {
+                    self.parsed
+                        .copy_from_slice(&self.parsed_stream[self.next..end]);
+                }
                 self.next = end % self.stream.len();
                 self.pos = 0;
             }
-            let bursts = left.min((n - self.pos) / BURST);
+            let bursts = left.min((n - self.pos) / burst_size());
             let start = Clock::now();
             for b in 0..bursts {
-                let at = self.pos + b * BURST;
-                burst(at / BURST, &mut self.arena[at..at + BURST]);
+                let at = self.pos + b * burst_size();
+                let parsed = if with_parsed {
+                    &mut self.parsed[at..at + burst_size()]
+                } else {
+                    &mut []
+                };
+                burst(
+                    at / burst_size(),
+                    &mut self.arena[at..at + burst_size()],
+                    parsed,
+                );
             }
             total += start.elapsed();
             left -= bursts;
-            self.pos += bursts * BURST;
+            self.pos += bursts * burst_size();
         }
         total
+    }
+}
+
+/// The conntrack and NAT stages alone, as `process_burst` runs them, on bursts of
+/// already-parsed packets whose route is known (original direction: pod port to the
+/// uplink; replies: uplink to the pod port): `ct::lookup_burst` (hash, prefetch,
+/// lookup, `track`, replies translated back), the SNAT prefetch hint and `ct::commit`
+/// (new connections: SNAT allocation and insert; masquerade rewrite) — the same
+/// functions the pipeline calls.
+struct CtPart {
+    snap: Snapshot,
+    ct: Conntrack,
+    /// What the ingress ACL said of a first packet (the reflect rule).
+    reflect: bool,
+    ok: [u16; pipeline::MAX_BURST],
+    hash: [KeyHash; pipeline::MAX_BURST],
+    marks: [CtMark; pipeline::MAX_BURST],
+    actions: [Action; pipeline::MAX_BURST],
+    packets: u64,
+}
+
+impl CtPart {
+    fn new(snap: Snapshot, ct: Conntrack, reflect: bool) -> CtPart {
+        CtPart {
+            snap,
+            ct,
+            reflect,
+            ok: [0; pipeline::MAX_BURST],
+            hash: [KeyHash::default(); pipeline::MAX_BURST],
+            marks: [CtMark::None; pipeline::MAX_BURST],
+            actions: [Action::Drop(DropReason::Malformed); pipeline::MAX_BURST],
+            packets: 0,
+        }
+    }
+
+    /// One burst received on `port`, going out of the other port.
+    #[inline(never)]
+    fn ct_nat_burst(&mut self, port: u16, frames: &mut [Frame], parsed: &mut [Parsed]) {
+        let n = frames.len();
+        self.ct.now = 1_000 + self.packets / PACKETS_PER_MS;
+        self.packets += n as u64;
+        let out = if port == POD_PORT { UPLINK } else { POD_PORT };
+        let snap = &self.snap;
+        let (input, output) = (
+            &snap.ports[usize::from(port)],
+            &snap.ports[usize::from(out)],
+        );
+        for i in 0..n {
+            self.ok[i] = i as u16;
+            self.marks[i] = CtMark::None;
+        }
+        let mut frames = Slots(frames);
+        let kept = ct::lookup_burst(
+            snap,
+            &mut self.ct,
+            parsed,
+            &mut self.ok[..n],
+            &mut self.hash,
+            &mut self.marks,
+            &mut frames,
+            &mut self.actions,
+            &mut NoTrace,
+        );
+        let mut ahead = self.ct.alloc.clone();
+        for &i in &self.ok[..kept] {
+            let i = usize::from(i);
+            ct::prefetch_snat(
+                snap,
+                &self.ct,
+                input,
+                output,
+                &parsed[i],
+                self.marks[i],
+                pipeline::Frames::frame(&frames, i),
+                &mut ahead,
+            );
+        }
+        for &i in &self.ok[..kept] {
+            let i = usize::from(i);
+            self.actions[i] = match ct::commit(
+                snap,
+                &mut self.ct,
+                input,
+                output,
+                &parsed[i],
+                self.marks[i],
+                self.reflect,
+                pipeline::Frames::frame_mut(&mut frames, i),
+                &mut NoTrace,
+            ) {
+                Ok(()) => Action::Forward { port: out },
+                Err(a) => a,
+            };
+        }
     }
 }
 
@@ -441,7 +596,7 @@ fn record(samples: &Samples, name: &str, iters: u64, t: Duration) {
         .borrow_mut()
         .entry(name.to_string())
         .or_default()
-        .push(t.as_nanos() as f64 / (iters as f64 * BURST as f64));
+        .push(t.as_nanos() as f64 / (iters as f64 * burst_size() as f64));
 }
 
 /// Sets up `n` masqueraded connections through the pipeline (SYN, SYN-ACK, ACK) and
@@ -453,11 +608,11 @@ fn established(n: u32, stream_len: usize) -> (Worker, Vec<Frame>, Vec<Frame>) {
     let start = Instant::now();
     // SYNs: learn each connection's SNAT port from the masqueraded frame.
     let mut nat_ports = Vec::with_capacity(n as usize);
-    let mut frames: Vec<Frame> = Vec::with_capacity(BURST);
+    let mut frames: Vec<Frame> = Vec::with_capacity(burst_size());
     let mut i = 0u32;
     while i < n {
         frames.clear();
-        for j in i..(i + BURST as u32).min(n) {
+        for j in i..(i + burst_size() as u32).min(n) {
             let (pod, sport, server, dport) = conn(j);
             frames.push(tcp_frame(
                 (POD_MAC, GW_MAC),
@@ -476,7 +631,7 @@ fn established(n: u32, stream_len: usize) -> (Worker, Vec<Frame>, Vec<Frame>) {
             assert!(checksums_ok(f), "SNAT keeps checksums valid");
             nat_ports.push(u16::from_be_bytes([f[34], f[35]]));
         }
-        i += BURST as u32;
+        i += burst_size() as u32;
     }
     let synack = |j: u32| {
         let (_, _, server, dport) = conn(j);
@@ -525,7 +680,7 @@ fn established(n: u32, stream_len: usize) -> (Worker, Vec<Frame>, Vec<Frame>) {
     for k in 0..stream_len {
         let j = rng.gen_range(0..n);
         let (pod, sport, server, dport) = conn(j);
-        if (k / BURST).is_multiple_of(2) {
+        if (k / burst_size()).is_multiple_of(2) {
             let f = ack(j);
             on.push(f);
             off.push(f);
@@ -549,6 +704,47 @@ fn established(n: u32, stream_len: usize) -> (Worker, Vec<Frame>, Vec<Frame>) {
     (w, on, off)
 }
 
+/// `FERRULE_BENCH_COUNT=<bursts>`: run each case once for that many bursts instead of
+/// under criterion (for `valgrind --tool=callgrind`: the per-burst functions are
+/// `Worker::burst` and `CtPart::ct_nat_burst`).
+fn count() -> Option<u64> {
+    std::env::var("FERRULE_BENCH_COUNT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+}
+
+/// Count mode's run of a case: collect only in here
+/// (`valgrind --tool=callgrind --toggle-collect='*counted*'`), then read the inclusive
+/// cost of the per-burst functions.
+#[inline(never)]
+fn counted(f: &mut dyn FnMut(u64) -> Duration, bursts: u64) -> Duration {
+    f(bursts)
+}
+
+/// Runs one case, `f(bursts)` returning the time they took: under criterion, or once
+/// in count mode.
+fn case(
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    samples: &Samples,
+    group: &str,
+    id: &str,
+    mut f: impl FnMut(u64) -> Duration,
+) {
+    let key = format!("{group}/{id}");
+    if let Some(n) = count() {
+        let t = counted(&mut f, n);
+        record(samples, &key, n, t);
+        return;
+    }
+    g.bench_function(id, |b| {
+        b.iter_custom(|iters| {
+            let t = f(iters);
+            record(samples, &key, iters, t);
+            t
+        })
+    });
+}
+
 fn bench_established(c: &mut Criterion, n: u32, samples: &Samples, baseline: bool) {
     // 1M frames for the large table (64 MiB: connections far apart), 64k for the small.
     let stream_len = if n > 100_000 { 1 << 20 } else { 1 << 16 };
@@ -558,40 +754,75 @@ fn bench_established(c: &mut Criterion, n: u32, samples: &Samples, baseline: boo
     let mut check = on[..ARENA].to_vec();
     w.run_checked(&mut check, alternating, other_side);
     assert!(check.iter().all(checksums_ok));
-    assert_eq!(check[BURST][30..34], conn_pod_of(&off[BURST]).octets());
+    assert_eq!(
+        check[burst_size()][30..34],
+        conn_pod_of(&off[burst_size()]).octets()
+    );
     assert_eq!(check[0][26..30], NODE.octets());
 
     let name = format!("conntrack_path_established_{}", label(n));
     let mut g = c.benchmark_group(&name);
-    g.throughput(Throughput::Elements(BURST as u64));
-    let mut runner = Runner::new(on);
-    g.bench_function("ct_snat", |b| {
-        b.iter_custom(|iters| {
-            let t = runner.run(iters, |k, burst| {
-                w.burst(alternating(k), burst);
-                black_box(&w.actions);
-            });
-            record(samples, &format!("{name}/ct_snat"), iters, t);
-            t
+    g.throughput(Throughput::Elements(burst_size() as u64));
+    let mut runner = Runner::new(on.clone());
+    case(&mut g, samples, &name, "ct_snat", |iters| {
+        runner.run(iters, |k, burst, _| {
+            w.burst(alternating(k), burst);
+            black_box(&w.actions);
         })
     });
     let stats = *w.ct.as_ref().expect("ct").table.stats();
     assert_eq!(stats.invalid, 0, "{stats:?}");
     drop(runner);
+
+    // The conntrack and NAT stages alone, on the same table and stream.
+    let mut part = CtPart::new(w.snap.clone(), w.ct.take().expect("ct"), false);
+    part.packets = w.packets;
     drop(w);
+    let mut runner = Runner::parsed(on);
+    {
+        let mut check = runner.arena.clone();
+        let mut parsed = runner.parsed.clone();
+        for (b, (f, p)) in check
+            .chunks_mut(burst_size())
+            .zip(parsed.chunks_mut(burst_size()))
+            .enumerate()
+        {
+            part.ct_nat_burst(alternating(b), f, p);
+            for a in &part.actions[..f.len()] {
+                assert_eq!(
+                    *a,
+                    Action::Forward {
+                        port: other_side(b)
+                    }
+                );
+            }
+        }
+        assert!(check.iter().all(checksums_ok));
+        assert_eq!(check[0][26..30], NODE.octets());
+        assert_eq!(
+            check[burst_size()][30..34],
+            conn_pod_of(&off[burst_size()]).octets()
+        );
+    }
+    case(&mut g, samples, &name, "ct_nat_only", |iters| {
+        runner.run(iters, |k, burst, parsed| {
+            part.ct_nat_burst(alternating(k), burst, parsed);
+            black_box(&part.actions);
+        })
+    });
+    assert_eq!(part.ct.table.stats().invalid, 0);
+    drop(runner);
+    drop(part);
+
     if baseline {
         let mut w = Worker::new(snapshot(false), None);
         let mut check = off[..ARENA].to_vec();
         w.run_checked(&mut check, alternating, other_side);
         let mut runner = Runner::new(off);
-        g.bench_function("ct_off", |b| {
-            b.iter_custom(|iters| {
-                let t = runner.run(iters, |k, burst| {
-                    w.burst(alternating(k), burst);
-                    black_box(&w.actions);
-                });
-                record(samples, &format!("{name}/ct_off"), iters, t);
-                t
+        case(&mut g, samples, &name, "ct_off", |iters| {
+            runner.run(iters, |k, burst, _| {
+                w.burst(alternating(k), burst);
+                black_box(&w.actions);
             })
         });
     }
@@ -613,6 +844,61 @@ fn label(n: u32) -> String {
     }
 }
 
+/// What the new-connection cases run: its connection table (flushed between runs)
+/// and one burst of SYNs from the pod port.
+trait NewConns {
+    fn table(&mut self) -> &mut Conntrack;
+    fn syn_burst(&mut self, frames: &mut [Frame], parsed: &mut [Parsed]);
+}
+
+impl NewConns for Worker {
+    fn table(&mut self) -> &mut Conntrack {
+        self.ct.as_mut().expect("ct")
+    }
+    fn syn_burst(&mut self, frames: &mut [Frame], _: &mut [Parsed]) {
+        self.burst(POD_PORT, frames);
+        black_box(&self.actions);
+    }
+}
+
+impl NewConns for CtPart {
+    fn table(&mut self) -> &mut Conntrack {
+        &mut self.ct
+    }
+    fn syn_burst(&mut self, frames: &mut [Frame], parsed: &mut [Parsed]) {
+        self.ct_nat_burst(POD_PORT, frames, parsed);
+        black_box(&self.actions);
+    }
+}
+
+/// Times `iters` bursts of new connections, flushing the table (untimed) whenever the
+/// stream starts over (its tuples are new again).
+fn run_new(
+    runner: &mut Runner,
+    w: &mut impl NewConns,
+    inserted: &mut usize,
+    iters: u64,
+) -> Duration {
+    let len = runner.stream.len();
+    let mut total = Duration::ZERO;
+    let mut left = iters;
+    while left > 0 {
+        let until_wrap = ((len - *inserted) / burst_size()) as u64;
+        if until_wrap == 0 {
+            let ct = w.table();
+            assert_eq!(ct.table.len(), len);
+            ct.table.remove_matching(|_, _| true);
+            *inserted = 0;
+            continue;
+        }
+        let now = left.min(until_wrap);
+        total += runner.run(now, |_, f, p| w.syn_burst(f, p));
+        *inserted += now as usize * burst_size();
+        left -= now;
+    }
+    total
+}
+
 fn bench_new(c: &mut Criterion, samples: &Samples, baseline: bool) {
     let syns: Vec<Frame> = (0..NEW_CONNS)
         .map(|j| {
@@ -622,45 +908,22 @@ fn bench_new(c: &mut Criterion, samples: &Samples, baseline: bool) {
         .collect();
     let name = "conntrack_path_new_connections".to_string();
     let mut g = c.benchmark_group(&name);
-    g.throughput(Throughput::Elements(BURST as u64));
+    g.throughput(Throughput::Elements(burst_size() as u64));
     let mut w = Worker::new(snapshot(true), Some(conntrack(NEW_TABLE)));
     {
         let mut check = syns[..ARENA].to_vec();
         w.run_checked(&mut check, |_| POD_PORT, |_| UPLINK);
         assert!(check.iter().all(checksums_ok));
-        let ct = w.ct.as_mut().expect("ct");
+        let ct = w.table();
         assert_eq!(ct.table.len(), ARENA);
         ct.table.remove_matching(|_, _| true);
     }
     let mut runner = Runner::new(syns.clone());
     let mut inserted = 0usize;
-    g.bench_function("miss_acl_insert_snat", |b| {
-        b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            let mut left = iters;
-            while left > 0 {
-                // Flush (untimed) when the stream starts over: its tuples are new again.
-                let until_wrap = ((syns.len() - inserted) / BURST) as u64;
-                if until_wrap == 0 {
-                    let ct = w.ct.as_mut().expect("ct");
-                    assert_eq!(ct.table.len(), syns.len());
-                    ct.table.remove_matching(|_, _| true);
-                    inserted = 0;
-                    continue;
-                }
-                let now = left.min(until_wrap);
-                total += runner.run(now, |_, burst| {
-                    w.burst(POD_PORT, burst);
-                    black_box(&w.actions);
-                });
-                inserted += now as usize * BURST;
-                left -= now;
-            }
-            record(samples, &format!("{name}/ct_snat"), iters, total);
-            total
-        })
+    case(&mut g, samples, &name, "ct_snat", |iters| {
+        run_new(&mut runner, &mut w, &mut inserted, iters)
     });
-    let stats = *w.ct.as_ref().expect("ct").table.stats();
+    let stats = *w.table().table.stats();
     assert_eq!(
         stats.clashes + stats.table_full + stats.invalid,
         0,
@@ -668,17 +931,46 @@ fn bench_new(c: &mut Criterion, samples: &Samples, baseline: bool) {
     );
     drop(runner);
     drop(w);
+
+    // The conntrack and NAT stages alone (the ingress ACL's reflect verdict given).
+    let mut part = CtPart::new(snapshot(true), conntrack(NEW_TABLE), true);
+    let mut runner = Runner::parsed(syns.clone());
+    {
+        let mut check = runner.arena.clone();
+        let mut parsed = runner.parsed.clone();
+        for (f, p) in check
+            .chunks_mut(burst_size())
+            .zip(parsed.chunks_mut(burst_size()))
+        {
+            part.ct_nat_burst(POD_PORT, f, p);
+            for a in &part.actions[..f.len()] {
+                assert_eq!(*a, Action::Forward { port: UPLINK });
+            }
+        }
+        assert!(check.iter().all(checksums_ok));
+        assert_eq!(part.ct.table.len(), ARENA);
+        part.ct.table.remove_matching(|_, _| true);
+    }
+    let mut inserted = 0usize;
+    case(&mut g, samples, &name, "ct_nat_only", |iters| {
+        run_new(&mut runner, &mut part, &mut inserted, iters)
+    });
+    let stats = *part.ct.table.stats();
+    assert_eq!(
+        stats.clashes + stats.table_full + stats.invalid,
+        0,
+        "{stats:?}"
+    );
+    drop(runner);
+    drop(part);
+
     if baseline {
         let mut w = Worker::new(snapshot(false), None);
         let mut runner = Runner::new(syns);
-        g.bench_function("ct_off", |b| {
-            b.iter_custom(|iters| {
-                let t = runner.run(iters, |_, burst| {
-                    w.burst(POD_PORT, burst);
-                    black_box(&w.actions);
-                });
-                record(samples, &format!("{name}/ct_off"), iters, t);
-                t
+        case(&mut g, samples, &name, "ct_off", |iters| {
+            runner.run(iters, |_, burst, _| {
+                w.burst(POD_PORT, burst);
+                black_box(&w.actions);
             })
         });
     }
@@ -731,19 +1023,16 @@ fn main() {
     println!("\nconntrack_path summary (median of criterion's samples, per packet):");
     let samples = samples.into_inner();
     for (name, v) in &samples {
-        let Some(group) = name.strip_suffix("/ct_snat") else {
+        let Some((group, id)) = name.rsplit_once('/') else {
             continue;
         };
         let ns = median(v);
         let off = samples.get(&format!("{group}/ct_off")).map(|o| median(o));
-        print!("  {group}: {ns:.1} ns, {:.2} Mpps", 1e3 / ns);
+        print!("  {group}/{id}: {ns:.1} ns, {:.2} Mpps", 1e3 / ns);
         match off {
-            Some(o) => println!(
-                " | ct off {o:.1} ns, {:.2} Mpps | ct on / ct off = {:.2}",
-                1e3 / o,
-                o / ns
-            ),
-            None => println!(),
+            Some(o) if id == "ct_snat" => println!(" | ct on / ct off = {:.2}", o / ns),
+            _ if id == "ct_nat_only" => println!(" (the conntrack and NAT stages alone)"),
+            _ => println!(),
         }
     }
 }

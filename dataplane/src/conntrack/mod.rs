@@ -225,6 +225,7 @@ impl L4Info {
     /// From a TCP header; `payload_len` is the IP payload length minus the TCP header
     /// length (the buffer may hold Ethernet padding, so it is not taken from it). The
     /// window-scale option is read on SYNs.
+    #[inline]
     pub fn from_tcp<T: AsRef<[u8]>>(tcp: &TcpPacket<T>, payload_len: u32) -> L4Info {
         let flags = tcp.flags().bits() as u8;
         L4Info {

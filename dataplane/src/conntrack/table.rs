@@ -600,6 +600,18 @@ impl ConnTable {
         };
         let old = e.code();
         let d = dir as usize;
+        if old == TcpState::Established as u8 && tcp::pure_ack(l4.tcp_flags) {
+            // The common case, taken straight: valid, still ESTABLISHED, refreshed.
+            tcp::established_ack(dir, l4, &mut e.window, &mut e.scales);
+            if dir == Dir::Reply {
+                e.state |= REPLIED;
+            }
+            e.packets[d] = e.packets[d].wrapping_add(1);
+            e.bytes[d] = e.bytes[d].wrapping_add(u64::from(len));
+            let class = CLASS[usize::from(old)];
+            self.retime(id.0, class, class, now);
+            return TrackVerdict::Accept;
+        }
         let mut refresh = true;
         let new = match old {
             S_FREE => {

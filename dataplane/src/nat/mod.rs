@@ -102,12 +102,29 @@ pub fn port_owner(port: u16, workers: u16) -> u16 {
 /// refused as `snat-ports-exhausted` (all of them when the worker has fewer).
 pub const MAX_PROBES: u32 = 1024;
 
+/// Most port ranges whose shares an allocator keeps between calls (with more, they are
+/// worked out on every call).
+const CACHED_RANGES: usize = 4;
+
+/// This worker's share of each range of the last range list allocated from: first
+/// port and count (working them out takes divisions, on every new connection).
+#[derive(Debug, Clone, Copy)]
+struct Shares {
+    ranges: [(u16, u16); CACHED_RANGES],
+    /// Ranges cached (`usize::MAX`: none yet).
+    len: usize,
+    first: [u32; CACHED_RANGES],
+    count: [u32; CACHED_RANGES],
+    total: u32,
+}
+
 /// One worker's SNAT port allocator: random ports from its share of the range.
 #[derive(Debug, Clone)]
 pub struct PortAllocator {
     worker: u16,
     workers: u16,
     state: u64,
+    shares: Shares,
 }
 
 impl PortAllocator {
@@ -117,6 +134,13 @@ impl PortAllocator {
             worker,
             workers: workers.max(1),
             state: seed | 1,
+            shares: Shares {
+                ranges: [(0, 0); CACHED_RANGES],
+                len: usize::MAX,
+                first: [0; CACHED_RANGES],
+                count: [0; CACHED_RANGES],
+                total: 0,
+            },
         }
     }
 
@@ -149,7 +173,63 @@ impl PortAllocator {
     /// A port of `ranges` owned by this worker for which `in_use` is false, starting
     /// at a random one; `None` when the probed ports are all taken (all of the
     /// worker's ports when it has at most [`MAX_PROBES`]).
+    #[inline]
     pub fn allocate(
+        &mut self,
+        ranges: &[(u16, u16)],
+        mut in_use: impl FnMut(u16) -> bool,
+    ) -> Option<u16> {
+        if ranges.len() > CACHED_RANGES {
+            return self.allocate_uncached(ranges, in_use);
+        }
+        let n = ranges.len();
+        if self.shares.len != n || self.shares.ranges[..n] != *ranges {
+            self.cache_shares(ranges);
+        }
+        let s = self.shares;
+        if s.total == 0 {
+            return None;
+        }
+        let start = (self.next_random() % u64::from(s.total)) as u32;
+        let workers = u32::from(self.workers);
+        for k in 0..s.total.min(MAX_PROBES) {
+            // (start + k) % total: both are below total.
+            let mut index = start + k;
+            if index >= s.total {
+                index -= s.total;
+            }
+            for r in 0..n {
+                if index < s.count[r] {
+                    let port = (s.first[r] + index * workers) as u16;
+                    if !in_use(port) {
+                        return Some(port);
+                    }
+                    break;
+                }
+                index -= s.count[r];
+            }
+        }
+        None
+    }
+
+    /// Works out and keeps the shares of `ranges` (at most [`CACHED_RANGES`]).
+    #[cold]
+    fn cache_shares(&mut self, ranges: &[(u16, u16)]) {
+        let mut s = self.shares;
+        s.len = ranges.len();
+        s.total = 0;
+        for (r, &(lo, hi)) in ranges.iter().enumerate() {
+            let (first, count) = self.share(lo, hi);
+            s.ranges[r] = (lo, hi);
+            s.first[r] = first;
+            s.count[r] = count;
+            s.total += count;
+        }
+        self.shares = s;
+    }
+
+    /// [`allocate`](Self::allocate) for more than [`CACHED_RANGES`] ranges.
+    fn allocate_uncached(
         &mut self,
         ranges: &[(u16, u16)],
         mut in_use: impl FnMut(u16) -> bool,
@@ -226,6 +306,32 @@ mod tests {
         let mut one = PortAllocator::new(0, 1, 7);
         assert_eq!(one.allocate(&[(5, 4)], |_| false), None, "empty range");
         assert_eq!(one.allocate(&[(65535, 65535)], |_| false), Some(65535));
+    }
+
+    #[test]
+    fn cached_shares_allocate_as_the_uncached_path() {
+        let lists: [&[(u16, u16)]; 5] = [
+            &DEFAULT_PORTS,
+            &[(1024, 1100)],
+            &[(5, 4), (65535, 65535), (7, 9)],
+            &[(1000, 1003), (2000, 2001), (3000, 3000), (40000, 40100)],
+            &[(1024, 1030)],
+        ];
+        for workers in 1..=5u16 {
+            for worker in 0..workers {
+                let mut a = PortAllocator::new(worker, workers, 99);
+                let mut b = a.clone();
+                for round in 0..400usize {
+                    let ranges = lists[round % lists.len()];
+                    let taken = |p: u16| u32::from(p).wrapping_mul(2_654_435_761) % 3 == 0;
+                    assert_eq!(
+                        a.allocate(ranges, taken),
+                        b.allocate_uncached(ranges, taken),
+                        "worker {worker} of {workers}, {ranges:?}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! and the commit that creates connections for `reflect` permits and masqueraded pod
 //! traffic and masquerades original-direction packets.
 
-use super::{trace, Action, Parsed, Stage, Tracer};
+use super::{trace, Action, Frames, Parsed, Stage, Tracer};
 use crate::conntrack::{
     ConnId, ConnTable, CtConfig, Dir, InsertError, KeyHash, L4Info, MemoryAdvice, Millis, Nat,
     TrackVerdict,
@@ -88,8 +88,14 @@ pub enum CtMark {
     #[default]
     None,
     /// A packet of a tracked connection, in direction `dir`; `checked` when the
-    /// connection was last checked against the ACL state in force.
-    Tracked { id: ConnId, dir: Dir, checked: bool },
+    /// connection was last checked against the ACL state in force; `nat`, the
+    /// connection's source NAT (for the commit stage's masquerade).
+    Tracked {
+        id: ConnId,
+        dir: Dir,
+        checked: bool,
+        nat: Option<Nat>,
+    },
     /// An ICMP error about a tracked connection (netfilter's RELATED), travelling in
     /// direction `dir` of the connection.
     Related { id: ConnId, dir: Dir },
@@ -153,6 +159,7 @@ pub fn owner(parsed: &Parsed, frame: &[u8], snat: &SnatPolicy, workers: u16) -> 
 }
 
 /// The transport fields conntrack follows.
+#[inline]
 fn l4_info(parsed: &Parsed, frame: &[u8]) -> L4Info {
     if parsed.key.proto != TCP || parsed.l4_offset == 0 {
         return L4Info::NONE;
@@ -183,6 +190,49 @@ pub fn lookup<T: Tracer>(
     lookup_hashed(snap, ct, parsed, hash, frame, t)
 }
 
+/// The lookup stage for a burst: the packets `ok` lists (indices into `parsed`,
+/// `marks`, `frames` and `actions`) are hashed first, each index bucket prefetched,
+/// then the entries those buckets point to are prefetched, so that the burst's table
+/// misses overlap; then each packet, in order, goes through [`lookup_hashed`]. The
+/// packets that go on stay in `ok`, compacted, with their mark in `marks`; the others
+/// get their action. Returns how many go on. `hash` is scratch, at least as long as
+/// `ok`.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub fn lookup_burst<F: Frames + ?Sized, T: Tracer>(
+    snap: &Snapshot,
+    ct: &mut Conntrack,
+    parsed: &mut [Parsed],
+    ok: &mut [u16],
+    hash: &mut [KeyHash],
+    marks: &mut [CtMark],
+    frames: &mut F,
+    actions: &mut [Action],
+    t: &mut T,
+) -> usize {
+    let n = ok.len();
+    let hash = &mut hash[..n];
+    for (h, &i) in hash.iter_mut().zip(ok.iter()) {
+        *h = ct.table.hash(&parsed[usize::from(i)].key);
+    }
+    for &h in hash.iter() {
+        ct.table.prefetch_entry(h);
+    }
+    let mut kept = 0usize;
+    for k in 0..n {
+        let i = usize::from(ok[k]);
+        match lookup_hashed(snap, ct, &mut parsed[i], hash[k], frames.frame_mut(i), t) {
+            Ok(mark) => {
+                marks[i] = mark;
+                ok[kept] = i as u16;
+                kept += 1;
+            }
+            Err(a) => actions[i] = a,
+        }
+    }
+    kept
+}
+
 /// [`lookup`] with the packet's key already hashed by `ct.table.hash` (the pipeline
 /// hashes a whole burst first, so that its table misses overlap).
 #[inline]
@@ -194,10 +244,13 @@ pub fn lookup_hashed<T: Tracer>(
     frame: &mut [u8],
     t: &mut T,
 ) -> Result<CtMark, Action> {
-    let owner = owner(parsed, frame, &snap.snat, ct.workers);
-    if owner != ct.worker && !ct.no_handoff {
-        trace!(t, Stage::Conntrack, "owned by worker {}: handed off", owner);
-        return Err(Action::Handoff { worker: owner });
+    // (`owner` is 0 for a single worker.)
+    if ct.workers > 1 || ct.worker != 0 {
+        let owner = owner(parsed, frame, &snap.snat, ct.workers);
+        if owner != ct.worker && !ct.no_handoff {
+            trace!(t, Stage::Conntrack, "owned by worker {}: handed off", owner);
+            return Err(Action::Handoff { worker: owner });
+        }
     }
     if parsed.later_fragment {
         trace!(t, Stage::Conntrack, "later fragment: not tracked");
@@ -251,7 +304,8 @@ pub fn lookup_hashed<T: Tracer>(
                 "ACLs changed: checked again"
             }
         );
-        if let (Dir::Reply, Some(nat)) = (dir, conn.nat()) {
+        let nat = conn.nat();
+        if let (Dir::Reply, Some(nat)) = (dir, nat) {
             let orig = conn.key();
             let (addr, port) = (Ipv4Addr::from(orig.src_v4()), orig.src_port);
             if !rewrite::rewrite(
@@ -276,8 +330,26 @@ pub fn lookup_hashed<T: Tracer>(
             );
             set_endpoint(&mut parsed.key, Endpoint::Dst, addr, port);
         }
-        return Ok(CtMark::Tracked { id, dir, checked });
+        return Ok(CtMark::Tracked {
+            id,
+            dir,
+            checked,
+            nat,
+        });
     }
+    untracked(ct, parsed, frame, t)
+}
+
+/// The end of [`lookup_hashed`] for a packet of no connection: an ICMP error about a
+/// tracked connection is related to it (and translated back when it is about a
+/// masqueraded packet); anything else is not tracked (yet).
+#[inline(never)]
+fn untracked<T: Tracer>(
+    ct: &mut Conntrack,
+    parsed: &mut Parsed,
+    frame: &mut [u8],
+    t: &mut T,
+) -> Result<CtMark, Action> {
     if is_icmp_error(parsed, frame) {
         if let Some((id, quoted_dir)) = quoted(parsed, frame).and_then(|q| ct.table.related(&q)) {
             // The error travels against the packet it quotes.
@@ -401,6 +473,7 @@ pub fn prefetch_snat(
 /// that a `reflect` rule let through or that is masqueraded, and masquerades
 /// original-direction packets (and ICMP errors) of masqueraded connections.
 #[allow(clippy::too_many_arguments)]
+#[inline]
 pub fn commit<T: Tracer>(
     snap: &Snapshot,
     ct: &mut Conntrack,
@@ -412,18 +485,41 @@ pub fn commit<T: Tracer>(
     frame: &mut [u8],
     t: &mut T,
 ) -> Result<(), Action> {
-    match mark {
-        CtMark::Tracked { id, dir, checked } => {
-            if !checked {
-                ct.table.set_acl_generation(id, snap.acl.generation);
-            }
-            if dir == Dir::Original {
-                if let Some(nat) = ct.table.get(id).and_then(|c| c.nat()) {
-                    masquerade(parsed, frame, nat, t)?;
-                }
-            }
-            Ok(())
+    // The common case inline: a packet of a tracked connection.
+    if let CtMark::Tracked {
+        id,
+        dir,
+        checked,
+        nat,
+    } = mark
+    {
+        if !checked {
+            ct.table.set_acl_generation(id, snap.acl.generation);
         }
+        if let (Dir::Original, Some(nat)) = (dir, nat) {
+            masquerade(parsed, frame, nat, t)?;
+        }
+        return Ok(());
+    }
+    commit_untracked(snap, ct, input, output, parsed, mark, reflect, frame, t)
+}
+
+/// [`commit`] of a related or untracked packet.
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+fn commit_untracked<T: Tracer>(
+    snap: &Snapshot,
+    ct: &mut Conntrack,
+    input: &PortState,
+    output: &PortState,
+    parsed: &Parsed,
+    mark: CtMark,
+    reflect: bool,
+    frame: &mut [u8],
+    t: &mut T,
+) -> Result<(), Action> {
+    match mark {
+        CtMark::Tracked { .. } => Ok(()),
         CtMark::Related { id, dir } => {
             let Some(conn) = ct.table.get(id) else {
                 return Ok(());
@@ -520,6 +616,7 @@ pub fn commit<T: Tracer>(
     }
 }
 
+#[inline]
 fn masquerade<T: Tracer>(
     parsed: &Parsed,
     frame: &mut [u8],
@@ -555,6 +652,7 @@ pub fn close_denied<T: Tracer>(ct: &mut Conntrack, mark: CtMark, t: &mut T) {
         id,
         dir: Dir::Original,
         checked: false,
+        ..
     } = mark
     {
         trace!(

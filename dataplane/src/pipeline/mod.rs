@@ -346,32 +346,17 @@ pub fn process_burst<F: Frames + ?Sized, T: Tracer>(
     // then, packet by packet and in order, the lookup proper (owner, track, replies
     // translated back).
     if let Some(ct) = ct.as_deref_mut() {
-        for k in 0..n_ok {
-            s.hash[k] = ct.table.hash(&s.parsed[usize::from(s.ok[k])].key);
-        }
-        for &h in &s.hash[..n_ok] {
-            ct.table.prefetch_entry(h);
-        }
-        let mut kept = 0usize;
-        for k in 0..n_ok {
-            let i = usize::from(s.ok[k]);
-            match ct::lookup_hashed(
-                snap,
-                ct,
-                &mut s.parsed[i],
-                s.hash[k],
-                frames.frame_mut(i),
-                t,
-            ) {
-                Ok(mark) => {
-                    s.ct[i] = mark;
-                    s.ok[kept] = i as u16;
-                    kept += 1;
-                }
-                Err(a) => actions[i] = a,
-            }
-        }
-        n_ok = kept;
+        n_ok = ct::lookup_burst(
+            snap,
+            ct,
+            &mut s.parsed,
+            &mut s.ok[..n_ok],
+            &mut s.hash,
+            &mut s.ct,
+            frames,
+            actions,
+            t,
+        );
     }
     // Stage 1c: local (echo and ND for Ferrule's own addresses) and ttl.
     let mut kept = 0usize;

@@ -33,11 +33,11 @@ pub fn sum(data: &[u8]) -> u32 {
 }
 
 /// Folds an accumulator into 16 bits with end-around carries (not complemented).
-pub const fn fold(mut acc: u32) -> u16 {
-    while acc > 0xFFFF {
-        acc = (acc & 0xFFFF) + (acc >> 16);
-    }
-    acc as u16
+pub const fn fold(acc: u32) -> u16 {
+    // Two rounds always suffice for 32 bits (the first leaves at most 0x1FFFE, the
+    // second at most 0xFFFF), and a round changes nothing once the value fits.
+    let acc = (acc & 0xFFFF) + (acc >> 16);
+    ((acc & 0xFFFF) + (acc >> 16)) as u16
 }
 
 /// The folded ones-complement sum of `data` (not complemented).
@@ -110,8 +110,31 @@ pub const fn update32(csum: u16, old: u32, new: u32) -> u16 {
 
 /// [`update16`] for an IPv4 address rewrite (NAT): use it on the IPv4 header checksum and
 /// on TCP/UDP checksums, which cover the address through the pseudo-header.
+#[inline]
 pub fn update_addr_v4(csum: u16, old: Ipv4Addr, new: Ipv4Addr) -> u16 {
     update32(csum, u32::from(old), u32::from(new))
+}
+
+/// [`update_addr_v4`] then [`update16`] (an address and a port of a TCP or UDP
+/// header: NAT), in one fold. The same result: both are the value in `1..=0xFFFF`
+/// (or 0 only when everything summed is 0) congruent to the same sum modulo 0xFFFF.
+#[inline]
+pub fn update_addr_port_v4(
+    csum: u16,
+    old: Ipv4Addr,
+    new: Ipv4Addr,
+    old_port: u16,
+    new_port: u16,
+) -> u16 {
+    let (old, new) = (u32::from(old), u32::from(new));
+    let acc = (!csum) as u32
+        + (!(old >> 16) & 0xFFFF)
+        + (!old & 0xFFFF)
+        + (new >> 16)
+        + (new & 0xFFFF)
+        + (!old_port) as u32
+        + new_port as u32;
+    !fold(acc)
 }
 
 /// [`update16`] for an IPv6 address rewrite (eight words at once).
@@ -126,6 +149,67 @@ pub fn update_addr_v6(csum: u16, old: Ipv6Addr, new: Ipv6Addr) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The old fold, a loop: the two-round one must agree everywhere.
+    fn fold_loop(mut acc: u32) -> u16 {
+        while acc > 0xFFFF {
+            acc = (acc & 0xFFFF) + (acc >> 16);
+        }
+        acc as u16
+    }
+
+    #[test]
+    fn fold_in_two_rounds_equals_the_loop() {
+        for hi in (0..=0xFFFFu32).step_by(7).chain([0xFFFE, 0xFFFF]) {
+            for lo in [0, 1, 2, 0x7FFF, 0x8000, 0xFFFE, 0xFFFF] {
+                let acc = hi << 16 | lo;
+                assert_eq!(fold(acc), fold_loop(acc), "{acc:#x}");
+            }
+        }
+        let mut x = 0x2545_F491u32;
+        for _ in 0..1_000_000 {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            assert_eq!(fold(x), fold_loop(x), "{x:#x}");
+        }
+    }
+
+    #[test]
+    fn address_and_port_in_one_fold() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let edge = [0u16, 1, 0xFFFE, 0xFFFF];
+        for round in 0..1_000_000 {
+            let r = rnd();
+            let pick = |v: u16, k: u32| {
+                if round % 3 == 0 {
+                    edge[((r >> k) & 3) as usize]
+                } else {
+                    v
+                }
+            };
+            let csum = pick(r as u16, 0);
+            let (op, np) = (pick((r >> 16) as u16, 2), pick((r >> 32) as u16, 4));
+            let q = rnd();
+            let old = Ipv4Addr::from(if round % 5 == 0 { 0 } else { q as u32 });
+            let new = Ipv4Addr::from(if round % 7 == 0 {
+                u32::MAX
+            } else {
+                (q >> 32) as u32
+            });
+            assert_eq!(
+                update_addr_port_v4(csum, old, new, op, np),
+                update16(update_addr_v4(csum, old, new), op, np),
+                "{csum:#x} {old} {new} {op} {np}"
+            );
+        }
+    }
 
     /// The textbook reference: sum 16-bit words one at a time with end-around carry.
     fn reference_sum(data: &[u8]) -> u16 {
