@@ -5,10 +5,14 @@
 # first-match results equal the shared rte_acl results (`*_expected`).
 #
 #   perf/acl-compare.sh [DATA_DIR]   (default ../shared/data/classbench)
+#   ITER=N     trace passes per timing (default 20)
+#   ROUNDS=N   timings per classifier, alternating Ferrule and rte_acl (default 1);
+#              the script prints medians and the median of the per-round ratios
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${1:-../shared/data/classbench}
 iter=${ITER:-20}
+rounds=${ROUNDS:-1}
 [ -d "$data" ] || { echo "acl-compare: no ClassBench data in $data" >&2; exit 1; }
 cargo build --release -q -p ferrule-perf --bin ferrule-aclbench
 bench=target/release/ferrule-aclbench
@@ -28,18 +32,33 @@ for rules in "$data"/*; do
             exit 1
         fi
     fi
-    ferrule=$("$bench" --rules "$rules" --trace "$trace" --iter "$iter" | awk '/^lookups\/s:/ {print $2}')
-    best=0
-    for alg in scalar sse avx2; do
-        out=$(dpdk-test-acl --no-huge --no-shconf --no-pci -l 0 --file-prefix "ferrule-acl-$$" \
-            --log-level error -- --rulesf="$rules" --tracef="$trace" --tracenum="$lines" \
-            --iter="$iter" --verbose=1 --alg="$alg" 2>&1 || true)
-        rate=$(echo "$out" | sed -n 's/.* \([0-9.]*\) pkt\/sec.*/\1/p' | tail -n 1)
-        rate=${rate:-0}
-        printf '  rte_acl %-7s %14.0f lookups/s\n' "$alg" "$rate"
-        best=$(awk -v a="$best" -v b="$rate" 'BEGIN {print (b > a) ? b : a}')
+    "$bench" --rules "$rules" --trace "$trace" --iter 1 2>&1 >/dev/null | sed -n 's/^ipv4 lookup: */  ferrule IPv4 lookup: /p'
+    # ROUNDS rounds, each timing Ferrule and then every rte_acl algorithm, so load that
+    # comes and goes hits both sides; the medians and the median of the per-round
+    # ratios are reported.
+    ratios=() ferrules=() scalars=() sses=() avx2s=()
+    for round in $(seq "$rounds"); do
+        ferrule=$("$bench" --rules "$rules" --trace "$trace" --iter "$iter" 2>/dev/null | awk '/^lookups\/s:/ {print $2}')
+        best=0
+        for alg in scalar sse avx2; do
+            out=$(dpdk-test-acl --no-huge --no-shconf --no-pci -l 0 --file-prefix "ferrule-acl-$$" \
+                --log-level error -- --rulesf="$rules" --tracef="$trace" --tracenum="$lines" \
+                --iter="$iter" --verbose=1 --alg="$alg" 2>&1 || true)
+            rate=$(echo "$out" | sed -n 's/.* \([0-9.]*\) pkt\/sec.*/\1/p' | tail -n 1)
+            rate=${rate:-0}
+            case $alg in scalar) scalars+=("$rate") ;; sse) sses+=("$rate") ;; avx2) avx2s+=("$rate") ;; esac
+            best=$(awk -v a="$best" -v b="$rate" 'BEGIN {print (b > a) ? b : a}')
+        done
+        ferrules+=("$ferrule")
+        ratios+=("$(awk -v f="$ferrule" -v b="$best" 'BEGIN {print (b > 0) ? f / b : 0}')")
     done
     rm -rf "/run/dpdk/ferrule-acl-$$"
-    printf '  ferrule        %14.0f lookups/s  = %.3f x the best rte_acl\n' "$ferrule" \
-        "$(awk -v f="$ferrule" -v b="$best" 'BEGIN {print (b > 0) ? f / b : 0}')"
+    median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+    for alg in scalar sse avx2; do
+        case $alg in scalar) set -- "${scalars[@]}" ;; sse) set -- "${sses[@]}" ;; avx2) set -- "${avx2s[@]}" ;; esac
+        printf '  rte_acl %-7s %14.0f lookups/s\n' "$alg" "$(median "$@")"
+    done
+    printf '  ferrule        %14.0f lookups/s  = %.3f x the best rte_acl (median of %d rounds; per round %s)\n' \
+        "$(median "${ferrules[@]}")" "$(median "${ratios[@]}")" "$rounds" \
+        "$(printf '%s\n' "${ratios[@]}" | sort -g | awk 'NR == 1 {lo = $1} {hi = $1} END {printf "%.2f-%.2f", lo, hi}')"
 done
