@@ -34,6 +34,9 @@ struct Args {
     /// Repetitions of each incremental measurement.
     #[arg(long, default_value_t = 50)]
     rounds: usize,
+    /// Skip the full render of every node (for profiling the incremental cases).
+    #[arg(long)]
+    skip_all_nodes: bool,
     /// Write the generated manifests to this file too.
     #[arg(long)]
     write: Option<std::path::PathBuf>,
@@ -177,7 +180,7 @@ fn main() -> anyhow::Result<()> {
     let t = Instant::now();
     let mut tables = 0;
     let mut rules = 0;
-    for n in 0..a.nodes {
+    for n in (0..a.nodes).filter(|_| !a.skip_all_nodes) {
         let e = Engine::new(cache.clone(), Local::Node(format!("node-{n:02}")))
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         tables += e.rendered().tables.len();
