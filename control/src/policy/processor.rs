@@ -1,16 +1,18 @@
 //! The policy processor: resolves every policy's selectors against the cache (the pods
 //! it applies to, the pods each rule's peers select, ipBlock pieces), keeps those
-//! memberships up to date one change at a time, and says which pods a change may
-//! affect — the pods a changed policy selected before or after; for a changed pod,
-//! itself and the pods of every policy whose peers held it before or after; for a
-//! changed namespace, the pods of policies whose namespace selectors matched it.
+//! memberships up to date one change at a time, and says what a change may affect
+//! ([`Affected`]): the pods whose set of policies changed (or that changed
+//! themselves), and the policies whose resolution changed — a changed policy; for a
+//! changed pod, every policy whose peers held it before or after; for a changed
+//! namespace, the policies whose namespace selectors matched it. The policies applying
+//! to each pod are indexed, so a pod's policies are found without a scan.
 //! Pods without an IP address yet (and host-network or finished pods) are postponed:
 //! they are neither targets nor peers until they have one.
 
 use super::cache::{Cache, Key, Kind, NetworkPolicy, Object, Peer, Pod, PolicyRule, PortRef};
 use super::selector::Labels;
 use ferrule_dataplane::acl::Prefix;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// One rule of a policy with its peers resolved.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -38,6 +40,26 @@ pub struct Resolved {
 #[derive(Debug, Clone, Default)]
 pub struct Processor {
     pub resolved: BTreeMap<Key, Resolved>,
+    /// Per pod, the policies whose targets hold it.
+    targeted_by: HashMap<Key, BTreeSet<Key>>,
+}
+
+/// What a change may affect.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Affected {
+    /// Pods that changed, or whose set of applying policies changed.
+    pub pods: BTreeSet<Key>,
+    /// Policies whose resolution (targets, peers, the peers' addresses or named
+    /// ports) may have changed: the rules of every pod they apply to may change.
+    pub policies: BTreeSet<Key>,
+}
+
+impl Affected {
+    /// Adds what `other` affects.
+    pub fn extend(&mut self, other: Affected) {
+        self.pods.extend(other.pods);
+        self.policies.extend(other.policies);
+    }
 }
 
 fn rules_of(p: &NetworkPolicy) -> [(&[PolicyRule], bool); 2] {
@@ -62,12 +84,21 @@ fn depends_on_all_pods(rule: &PolicyRule, egress: bool) -> bool {
 impl Processor {
     /// Resolves every policy of `cache`.
     pub fn new(cache: &Cache) -> Processor {
-        let resolved = cache
+        let resolved: BTreeMap<Key, Resolved> = cache
             .policies
             .values()
             .map(|p| (p.key.clone(), resolve(cache, p)))
             .collect();
-        Processor { resolved }
+        let mut targeted_by: HashMap<Key, BTreeSet<Key>> = HashMap::new();
+        for (pk, r) in &resolved {
+            for t in &r.targets {
+                targeted_by.entry(t.clone()).or_default().insert(pk.clone());
+            }
+        }
+        Processor {
+            resolved,
+            targeted_by,
+        }
     }
 
     /// The policies applying to `pod`, in key order.
@@ -75,31 +106,65 @@ impl Processor {
         &'a self,
         pod: &'a Key,
     ) -> impl Iterator<Item = (&'a Key, &'a Resolved)> {
-        self.resolved
-            .iter()
-            .filter(move |(_, r)| r.targets.contains(pod))
+        self.targeted_by
+            .get(pod)
+            .into_iter()
+            .flatten()
+            .filter_map(|pk| self.resolved.get_key_value(pk))
+    }
+
+    /// The keys of the policies applying to `pod`, in key order.
+    pub fn policy_keys_of(&self, pod: &Key) -> Vec<Key> {
+        self.targeted_by
+            .get(pod)
+            .map_or_else(Vec::new, |s| s.iter().cloned().collect())
+    }
+
+    fn set_target(&mut self, policy: &Key, pod: &Key, is: bool) {
+        if is {
+            self.targeted_by
+                .entry(pod.clone())
+                .or_default()
+                .insert(policy.clone());
+        } else if let Some(s) = self.targeted_by.get_mut(pod) {
+            s.remove(policy);
+            if s.is_empty() {
+                self.targeted_by.remove(pod);
+            }
+        }
     }
 
     /// Brings the memberships up to date after `cache` changed from `old` (the object
     /// before, `None` when added) to the object now in `cache` under `(kind, key)`;
-    /// returns the pods whose rules may have changed.
+    /// returns what the change may affect.
     pub fn update(
         &mut self,
         cache: &Cache,
         kind: Kind,
         key: &Key,
         old: Option<&Object>,
-    ) -> BTreeSet<Key> {
-        let mut affected = BTreeSet::new();
+    ) -> Affected {
+        let mut affected = Affected::default();
         match kind {
             Kind::NetworkPolicy => {
-                if let Some(before) = self.resolved.remove(key) {
-                    affected.extend(before.targets);
-                }
-                if let Some(p) = cache.policies.get(key) {
-                    let r = resolve(cache, p);
-                    affected.extend(r.targets.iter().cloned());
-                    self.resolved.insert(key.clone(), r);
+                affected.policies.insert(key.clone());
+                let before = self
+                    .resolved
+                    .remove(key)
+                    .map(|r| r.targets)
+                    .unwrap_or_default();
+                let after = match cache.policies.get(key) {
+                    Some(p) => {
+                        let r = resolve(cache, p);
+                        let t = r.targets.clone();
+                        self.resolved.insert(key.clone(), r);
+                        t
+                    }
+                    None => BTreeSet::new(),
+                };
+                for pod in before.symmetric_difference(&after) {
+                    self.set_target(key, pod, after.contains(pod));
+                    affected.pods.insert(pod.clone());
                 }
             }
             Kind::Pod => {
@@ -109,9 +174,10 @@ impl Processor {
                 };
                 let new_pod = cache.pods.get(key);
                 if old_pod.is_some() || new_pod.is_some() {
-                    affected.insert(key.clone());
+                    affected.pods.insert(key.clone());
                 }
                 let ns_labels = cache.namespace_labels(&key.namespace);
+                let mut target_changes = Vec::new();
                 for (pk, r) in self.resolved.iter_mut() {
                     let Some(policy) = cache.policies.get(pk) else {
                         continue;
@@ -123,13 +189,13 @@ impl Processor {
                             && policy.pod_selector.matches(&p.labels)
                     });
                     let was_target = r.targets.contains(key);
-                    if is_target {
-                        r.targets.insert(key.clone());
-                    } else {
-                        r.targets.remove(key);
-                    }
-                    if was_target || is_target {
-                        affected.insert(key.clone());
+                    if is_target != was_target {
+                        if is_target {
+                            r.targets.insert(key.clone());
+                        } else {
+                            r.targets.remove(key);
+                        }
+                        target_changes.push((pk.clone(), is_target));
                     }
                     for (rules, egress) in rules_of(policy) {
                         let resolved = if egress {
@@ -163,8 +229,11 @@ impl Processor {
                         }
                     }
                     if touched {
-                        affected.extend(r.targets.iter().cloned());
+                        affected.policies.insert(pk.clone());
                     }
+                }
+                for (pk, is) in target_changes {
+                    self.set_target(&pk, key, is);
                 }
             }
             Kind::Namespace => {
