@@ -33,7 +33,7 @@ pub struct PodRules {
 
 /// One policy's share of one side of a pod's rules, before the policies applying to
 /// the pod are merged: the permitted (protocol, address or ipBlock piece, ports), in
-/// rule order without duplicates, and whether a rule permits everything.
+/// rule order, and whether a rule permits everything.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Share {
     pub entries: Vec<(Proto, Prefix, PortRange)>,
@@ -48,18 +48,17 @@ pub struct PolicyShare {
     pub from_pod: Option<Share>,
 }
 
-/// Accumulates a share, without duplicates.
+/// Accumulates a share (duplicates are left to the merge).
 #[derive(Default)]
 struct Side {
     share: Share,
-    seen: FxHashSet<(Proto, Prefix, PortRange)>,
 }
 
 impl Side {
     fn push(&mut self, addr: Prefix, proto: Proto, ports: PortRange) {
         if proto == Proto::Any && addr == Prefix::Any {
             self.share.permit_all = true;
-        } else if self.seen.insert((proto, addr, ports)) {
+        } else {
             self.share.entries.push((proto, addr, ports));
         }
     }
@@ -69,11 +68,16 @@ impl Side {
 /// side's rules: the entries without duplicates (the first policy naming one gives
 /// its origin), then a deny naming every isolating policy; a single permit when a
 /// policy permits everything; nothing when no policy isolates the side.
-fn merge_side<'a>(shares: impl Iterator<Item = (&'a Key, &'a Share)>, to_pod: bool) -> Vec<Rule> {
+fn merge_side<'a>(
+    shares: impl Iterator<Item = (&'a Key, &'a Share)> + Clone,
+    to_pod: bool,
+) -> Vec<Rule> {
     let mut isolating = Vec::new();
     let mut permit_all: Option<&Key> = None;
-    let mut rules = Vec::new();
-    let mut seen: FxHashSet<(Proto, Prefix, PortRange)> = FxHashSet::default();
+    let size = shares.clone().map(|(_, s)| s.entries.len()).sum::<usize>();
+    let mut rules = Vec::with_capacity(size + 1);
+    let mut seen: FxHashSet<(Proto, Prefix, PortRange)> =
+        FxHashSet::with_capacity_and_hasher(size, Default::default());
     for (pk, share) in shares {
         isolating.push(pk.to_string());
         if permit_all.is_some() {
@@ -191,6 +195,15 @@ pub fn share(
     let side = |rules: Option<&[super::cache::PolicyRule]>, resolved: &[ResolvedRule], egress| {
         let rules = rules?;
         let mut side = Side::default();
+        let size: usize = rules
+            .iter()
+            .zip(resolved)
+            .map(|(rule, rr)| {
+                let addrs = rr.blocks.len() + rr.pods.values().map(|m| m.ips.len()).sum::<usize>();
+                addrs * rule.ports.as_ref().map_or(1, Vec::len)
+            })
+            .sum();
+        side.share.entries.reserve(size);
         for (rule, rr) in rules.iter().zip(resolved) {
             side_rules(cache, &mut side, ports, rule.ports.as_deref(), rr, egress);
         }
@@ -245,7 +258,7 @@ fn side_rules(
         }
         return;
     }
-    for q in rr.pods.iter().filter_map(|k| cache.pods.get(k)) {
+    for q in rr.pods.values() {
         let dest = if egress { &q.named_ports[..] } else { pod };
         for ip in &q.ips {
             addr_rules(side, host(*ip), Some(dest));

@@ -22,8 +22,9 @@ use super::cache::{Key, Pod, L4};
 use super::configurator::{same_family, PodRules};
 use super::subnet::host;
 use ferrule_dataplane::acl::{Action, PortRange, Prefix, Proto, Rule};
+use rustc_hash::FxHashSet;
 use serde_json::{json, Map, Value};
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 /// Name of the reflective ingress table.
@@ -215,26 +216,28 @@ pub struct LocalPod<'a> {
 }
 
 /// A rule list indexed by one address field: the positions of the rules whose prefix
-/// there is a host address, by address, and of the others (wider prefixes, any), so
-/// that the rules that can match one address are found without scanning the list.
+/// there is a host address, sorted by address (then position), and of the others
+/// (wider prefixes, any), so that the rules that can match one address are found
+/// without scanning the list.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AddrIndex {
-    by_host: HashMap<IpAddr, Vec<usize>>,
+    hosts: Vec<(IpAddr, usize)>,
     wide: Vec<usize>,
 }
 
 impl AddrIndex {
     /// Indexes `rules` by source (`by_src`) or destination.
     pub fn new(rules: &[Rule], by_src: bool) -> AddrIndex {
-        let mut by_host: HashMap<IpAddr, Vec<usize>> = HashMap::new();
+        let mut hosts = Vec::new();
         let mut wide = Vec::new();
         for (i, r) in rules.iter().enumerate() {
             match host_of(if by_src { r.src } else { r.dst }) {
-                Some(ip) => by_host.entry(ip).or_default().push(i),
+                Some(ip) => hosts.push((ip, i)),
                 None => wide.push(i),
             }
         }
-        AddrIndex { by_host, wide }
+        hosts.sort_unstable();
+        AddrIndex { hosts, wide }
     }
 
     /// What `rules` (the indexed list) let through from `src` to `dst`; `key` is the
@@ -243,12 +246,14 @@ impl AddrIndex {
         if rules.is_empty() {
             return Allowed::all();
         }
-        let hosts = self.by_host.get(&key).map_or(&[][..], Vec::as_slice);
+        let from = self.hosts.partition_point(|&(ip, _)| ip < key);
+        let to = from + self.hosts[from..].partition_point(|&(ip, _)| ip == key);
+        let hosts = &self.hosts[from..to];
         // Both index lists are ascending: merge them to keep the rule order.
         let (mut h, mut w) = (0, 0);
         let order = std::iter::from_fn(|| {
             let next = match (hosts.get(h), self.wide.get(w)) {
-                (Some(&a), Some(&b)) if a < b => {
+                (Some(&(_, a)), Some(&b)) if a < b => {
                     h += 1;
                     a
                 }
@@ -256,7 +261,7 @@ impl AddrIndex {
                     w += 1;
                     b
                 }
-                (Some(&a), None) => {
+                (Some(&(_, a)), None) => {
                     h += 1;
                     a
                 }
@@ -266,53 +271,10 @@ impl AddrIndex {
         });
         Allowed::of_some(order, src, dst)
     }
-
-    /// Whether the wide rules of `rules` (indexed by `self`) are those of `other_rules`
-    /// (indexed by `other`).
-    pub fn same_wide(&self, rules: &[Rule], other: &AddrIndex, other_rules: &[Rule]) -> bool {
-        self.wide.len() == other.wide.len()
-            && self
-                .wide
-                .iter()
-                .zip(&other.wide)
-                .all(|(&a, &b)| rules[a] == other_rules[b])
-    }
-
-    /// The host addresses for which the rules that can match them — the host rules
-    /// and the wide ones, in list order — differ between the two lists, given that
-    /// their wide rules are the same ([`AddrIndex::same_wide`]).
-    pub fn changed_hosts(
-        &self,
-        rules: &[Rule],
-        other: &AddrIndex,
-        other_rules: &[Rule],
-    ) -> Vec<IpAddr> {
-        let mut out = Vec::new();
-        for (ip, mine) in &self.by_host {
-            let same = other.by_host.get(ip).is_some_and(|theirs| {
-                mine.len() == theirs.len()
-                    && mine.iter().zip(theirs).all(|(&a, &b)| {
-                        rules[a] == other_rules[b]
-                            && self.wide.partition_point(|&w| w < a)
-                                == other.wide.partition_point(|&w| w < b)
-                    })
-            });
-            if !same {
-                out.push(*ip);
-            }
-        }
-        out.extend(
-            other
-                .by_host
-                .keys()
-                .filter(|ip| !self.by_host.contains_key(*ip)),
-        );
-        out
-    }
 }
 
 /// The address of a host prefix (/32, /128).
-fn host_of(p: Prefix) -> Option<IpAddr> {
+pub fn host_of(p: Prefix) -> Option<IpAddr> {
     match p {
         Prefix::V4 { addr, len: 32 } => Some(IpAddr::V4(addr)),
         Prefix::V6 { addr, len: 128 } => Some(IpAddr::V6(addr)),
@@ -384,7 +346,7 @@ pub fn part(pod_ips: &[IpAddr], pod: &Indexed, q_ips: &[IpAddr], q: &Indexed) ->
 /// local senders in sender order; empty when the pod needs no table.
 pub fn assemble<'a>(rules: &PodRules, parts: impl IntoIterator<Item = &'a Part>) -> Vec<Rule> {
     let mut front = Vec::new();
-    let mut taken: HashSet<Prefix> = HashSet::new();
+    let mut taken: FxHashSet<Prefix> = FxHashSet::default();
     for p in parts {
         taken.extend(&p.srcs);
         front.extend(p.rules.iter().cloned());
@@ -441,11 +403,11 @@ fn combined(
     assemble(pod.rules, &parts)
 }
 
-/// A local pod's share of the global table: its `from_pod` rules with each of its
-/// addresses as source.
-pub fn global_part(ips: &[IpAddr], rules: &PodRules) -> Vec<Rule> {
+/// A local pod's share of the global table: its `from_pod` rules (or some of them)
+/// with each of its addresses as source.
+pub fn global_part(ips: &[IpAddr], from_pod: &[Rule]) -> Vec<Rule> {
     let mut out = Vec::new();
-    for r in &rules.from_pod {
+    for r in from_pod {
         for &ip in ips {
             if same_family(r.dst, ip) {
                 let mut g = r.clone();
@@ -462,7 +424,7 @@ pub fn global_part(ips: &[IpAddr], rules: &PodRules) -> Vec<Rule> {
 pub fn global_table(pods: &[LocalPod<'_>]) -> Vec<Rule> {
     let mut out = Vec::new();
     for p in pods {
-        out.extend(global_part(&p.pod.ips, p.rules));
+        out.extend(global_part(&p.pod.ips, &p.rules.from_pod));
     }
     if !out.is_empty() {
         out.push(global_rest());
