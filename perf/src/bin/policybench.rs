@@ -1,11 +1,11 @@
 //! `ferrule-policybench`: generates a cluster of Kubernetes manifests (namespaces, pods
 //! spread over nodes, NetworkPolicies of the usual shapes) and measures the policy
 //! renderer: parsing, a full render of one node and of every node, and incremental
-//! re-renders with diffs after a pod add, a local label change and a remote label
-//! change. Prints table and rule counts.
+//! re-renders with diffs after a pod add, a local label change, a remote label change
+//! and a policy edit. Prints table and rule counts.
 
 use clap::Parser;
-use ferrule_control::policy::cache::{parse_text, Cache, Key, Kind, Object};
+use ferrule_control::policy::cache::{parse_text, Cache, Key, Kind, Object, PortRef};
 use ferrule_control::policy::{Change, Engine, Local};
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
@@ -251,6 +251,48 @@ fn main() -> anyhow::Result<()> {
         }
         let (m, max) = median(times);
         println!("label change of a {what} pod + re-render + diff: median {m:.2} ms (max {max:.2}); first: {last_diff}");
+    }
+
+    // Incremental: a policy edit (the port range of the per-app ingress policy of the
+    // template pod's app widens and narrows again).
+    let app = template.labels.get("app").cloned().unwrap_or_default();
+    let policy = engine
+        .cache
+        .policies
+        .values()
+        .find(|p| {
+            p.key.namespace == template.key.namespace
+                && p.ingress.as_ref().is_some_and(|r| r.len() == 2)
+                && p.pod_selector
+                    .labels
+                    .iter()
+                    .any(|(k, v)| k == "app" && *v == app)
+        })
+        .cloned();
+    if let Some(original) = policy {
+        let mut times = Vec::new();
+        for i in 0..a.rounds {
+            let mut p = original.clone();
+            if i % 2 == 0 {
+                for rule in p.ingress.iter_mut().flatten() {
+                    for spec in rule.ports.iter_mut().flatten() {
+                        if let PortRef::Range(r) = &mut spec.port {
+                            r.hi = r.hi.saturating_add(10);
+                        }
+                    }
+                }
+            }
+            let t = Instant::now();
+            let d = engine
+                .apply(vec![Change::Upsert(Object::Policy(p))])
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            times.push(t.elapsed());
+            if i == 0 {
+                last_diff = d.to_string();
+            }
+        }
+        let (m, max) = median(times);
+        println!("edit of a policy applying to node-00 pods + re-render + diff: median {m:.2} ms (max {max:.2}); first: {last_diff}");
     }
     Ok(())
 }
