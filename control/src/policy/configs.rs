@@ -10,7 +10,8 @@ use super::configurator::{merge, share, PodRules, PolicyShare};
 use super::processor::{Affected, Processor};
 use super::renderer::Indexed;
 use super::Local;
-use std::collections::{BTreeSet, HashMap};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 /// What a pod's rules depend on besides the policies' resolution.

@@ -531,7 +531,12 @@ impl Tables {
                 let rules = if name == REFLECT_TABLE {
                     reflect_table()
                 } else {
-                    fresh.get(name).cloned().unwrap_or_default()
+                    // Assembled in this generation, or (when a pod left the table
+                    // and another joined it) taken out of the output earlier.
+                    fresh
+                        .remove(name)
+                        .or_else(|| log.tables.get(name).cloned().flatten())
+                        .unwrap_or_default()
                 };
                 log.table(name, None);
                 self.out.tables.insert(name.clone(), rules);
