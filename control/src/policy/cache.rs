@@ -104,7 +104,7 @@ pub struct Namespace {
 }
 
 /// A named container port.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct NamedPort {
     pub name: String,
     pub port: u16,

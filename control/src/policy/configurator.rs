@@ -11,12 +11,15 @@
 //! ingress, each peer pod for egress (an egress named port cannot match an ipBlock).
 //! Every rule's `origin` is `namespace/policy`; the trailing deny names every policy
 //! isolating the side.
+//!
+//! The rules depend on the pod only through the policies applying to it and its named
+//! ports ([`configure_for`]), so pods of one app share them (see [`super::configs`]).
 
-use super::cache::{Cache, Key, PortRef, PortSpec, L4};
+use super::cache::{Cache, Key, NamedPort, PortRef, PortSpec, L4};
 use super::processor::{pods_with_named_port, Processor, ResolvedRule};
 use super::subnet::host;
 use ferrule_dataplane::acl::{Action, PortRange, Prefix, Proto, Rule};
-use std::collections::HashSet;
+use rustc_hash::FxHashSet;
 use std::net::IpAddr;
 
 /// The rules of one pod, both sides, as the configurator hands them to the renderer.
@@ -28,74 +31,122 @@ pub struct PodRules {
     pub from_pod: Vec<Rule>,
 }
 
-/// Accumulates one side's rules, without duplicates.
+/// One policy's share of one side of a pod's rules, before the policies applying to
+/// the pod are merged: the permitted (protocol, address or ipBlock piece, ports), in
+/// rule order, and whether a rule permits everything.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Share {
+    pub entries: Vec<(Proto, Prefix, PortRange)>,
+    pub permit_all: bool,
+}
+
+/// One policy's shares of a pod's rules, per side (`None`: the policy does not
+/// isolate the side).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PolicyShare {
+    pub to_pod: Option<Share>,
+    pub from_pod: Option<Share>,
+}
+
+/// Accumulates a share (duplicates are left to the merge).
+#[derive(Default)]
 struct Side {
-    to_pod: bool,
-    isolating: Vec<String>,
-    rules: Vec<Rule>,
-    seen: HashSet<(Proto, Prefix, PortRange)>,
-    permit_all: Option<String>,
+    share: Share,
 }
 
 impl Side {
-    fn new(to_pod: bool) -> Side {
-        Side {
-            to_pod,
-            isolating: Vec::new(),
-            rules: Vec::new(),
-            seen: HashSet::new(),
-            permit_all: None,
-        }
-    }
-
-    fn push(&mut self, addr: Prefix, proto: Proto, ports: PortRange, origin: &str) {
+    fn push(&mut self, addr: Prefix, proto: Proto, ports: PortRange) {
         if proto == Proto::Any && addr == Prefix::Any {
-            if self.permit_all.is_none() {
-                self.permit_all = Some(origin.to_string());
-            }
-            return;
-        }
-        if !self.seen.insert((proto, addr, ports)) {
-            return;
-        }
-        let mut r = Rule::any(Action::Permit);
-        r.proto = proto;
-        r.dst_port = ports;
-        if self.to_pod {
-            r.src = addr;
+            self.share.permit_all = true;
         } else {
-            r.dst = addr;
+            self.share.entries.push((proto, addr, ports));
         }
-        r.origin = Some(origin.to_string());
-        self.rules.push(r);
-    }
-
-    fn finish(self) -> Vec<Rule> {
-        if self.isolating.is_empty() {
-            return Vec::new();
-        }
-        if let Some(origin) = self.permit_all {
-            let mut r = Rule::any(Action::Permit);
-            r.origin = Some(origin);
-            return vec![r];
-        }
-        let mut rules = self.rules;
-        let mut deny = Rule::any(Action::Deny);
-        deny.origin = Some(self.isolating.join(","));
-        rules.push(deny);
-        rules
     }
 }
 
-/// The port range a spec stands for at a destination pod (`None`: a name the pod does
-/// not have).
-fn ports_at(spec: &PortSpec, dest: Option<&super::cache::Pod>) -> Option<PortRange> {
+/// Merges the shares of the policies applying to a pod (in key order) into one
+/// side's rules: the entries without duplicates (the first policy naming one gives
+/// its origin), then a deny naming every isolating policy; a single permit when a
+/// policy permits everything; nothing when no policy isolates the side.
+fn merge_side<'a>(
+    shares: impl Iterator<Item = (&'a Key, &'a Share)> + Clone,
+    to_pod: bool,
+) -> Vec<Rule> {
+    let mut isolating = Vec::new();
+    let mut permit_all: Option<&Key> = None;
+    let size = shares.clone().map(|(_, s)| s.entries.len()).sum::<usize>();
+    let mut rules = Vec::with_capacity(size + 1);
+    let mut seen: FxHashSet<(Proto, Prefix, PortRange)> =
+        FxHashSet::with_capacity_and_hasher(size, Default::default());
+    for (pk, share) in shares {
+        isolating.push(pk.to_string());
+        if permit_all.is_some() {
+            continue;
+        }
+        if share.permit_all {
+            permit_all = Some(pk);
+            continue;
+        }
+        let origin = isolating.last().cloned();
+        for &(proto, addr, ports) in &share.entries {
+            if !seen.insert((proto, addr, ports)) {
+                continue;
+            }
+            let mut r = Rule::any(Action::Permit);
+            r.proto = proto;
+            r.dst_port = ports;
+            if to_pod {
+                r.src = addr;
+            } else {
+                r.dst = addr;
+            }
+            r.origin.clone_from(&origin);
+            rules.push(r);
+        }
+    }
+    if isolating.is_empty() {
+        return Vec::new();
+    }
+    if let Some(pk) = permit_all {
+        let mut r = Rule::any(Action::Permit);
+        r.origin = Some(pk.to_string());
+        return vec![r];
+    }
+    let mut deny = Rule::any(Action::Deny);
+    deny.origin = Some(isolating.join(","));
+    rules.push(deny);
+    rules
+}
+
+/// Merges the shares of the policies applying to a pod, in key order.
+pub fn merge<'a>(shares: impl Iterator<Item = (&'a Key, &'a PolicyShare)> + Clone) -> PodRules {
+    PodRules {
+        to_pod: merge_side(
+            shares
+                .clone()
+                .filter_map(|(k, s)| s.to_pod.as_ref().map(|s| (k, s))),
+            true,
+        ),
+        from_pod: merge_side(
+            shares.filter_map(|(k, s)| s.from_pod.as_ref().map(|s| (k, s))),
+            false,
+        ),
+    }
+}
+
+/// The port range a spec stands for at a destination pod with named ports `dest`
+/// (`None`: a name the pod does not have).
+fn ports_at(spec: &PortSpec, dest: Option<&[NamedPort]>) -> Option<PortRange> {
     match &spec.port {
         PortRef::All => Some(PortRange::ANY),
         PortRef::Range(r) => Some(*r),
         PortRef::Named(name) => dest
-            .and_then(|p| p.named_port(name, spec.proto))
-            .map(PortRange::single),
+            .and_then(|ports| {
+                ports
+                    .iter()
+                    .find(|p| p.name == *name && p.proto == spec.proto)
+            })
+            .map(|p| PortRange::single(p.port)),
     }
 }
 
@@ -108,81 +159,97 @@ pub fn configure(cache: &Cache, processor: &Processor, key: &Key) -> PodRules {
     let Some(pod) = cache.pods.get(key).filter(|p| p.is_active()) else {
         return PodRules::default();
     };
-    let mut to_pod = Side::new(true);
-    let mut from_pod = Side::new(false);
-    for (pk, resolved) in processor.policies_of(key) {
-        let Some(policy) = cache.policies.get(pk) else {
-            continue;
-        };
-        let origin = pk.to_string();
-        for (side, rules, resolved_rules, egress) in [
-            (
-                &mut to_pod,
-                policy.ingress.as_deref(),
-                &resolved.ingress,
-                false,
-            ),
-            (
-                &mut from_pod,
-                policy.egress.as_deref(),
-                &resolved.egress,
-                true,
-            ),
-        ] {
-            let Some(rules) = rules else { continue };
-            side.isolating.push(origin.clone());
-            for (rule, rr) in rules.iter().zip(resolved_rules) {
-                side_rules(cache, side, pod, rule.ports.as_deref(), rr, egress, &origin);
-            }
+    configure_for(
+        cache,
+        processor,
+        &processor.policy_keys_of(key),
+        &pod.named_ports,
+    )
+}
+
+/// The rules of an active pod with the named ports `ports` that the policies
+/// `policies` (in key order) apply to.
+pub fn configure_for(
+    cache: &Cache,
+    processor: &Processor,
+    policies: &[Key],
+    ports: &[NamedPort],
+) -> PodRules {
+    let shares: Vec<(&Key, PolicyShare)> = policies
+        .iter()
+        .filter_map(|pk| Some((pk, share(cache, processor, pk, ports)?)))
+        .collect();
+    merge(shares.iter().map(|(k, s)| (*k, s)))
+}
+
+/// The share of policy `pk` in the rules of a pod with the named ports `ports` (`None`:
+/// no such policy).
+pub fn share(
+    cache: &Cache,
+    processor: &Processor,
+    pk: &Key,
+    ports: &[NamedPort],
+) -> Option<PolicyShare> {
+    let policy = cache.policies.get(pk)?;
+    let resolved = processor.resolved.get(pk)?;
+    let side = |rules: Option<&[super::cache::PolicyRule]>, resolved: &[ResolvedRule], egress| {
+        let rules = rules?;
+        let mut side = Side::default();
+        let size: usize = rules
+            .iter()
+            .zip(resolved)
+            .map(|(rule, rr)| {
+                let addrs = rr.blocks.len() + rr.pods.values().map(|m| m.ips.len()).sum::<usize>();
+                addrs * rule.ports.as_ref().map_or(1, Vec::len)
+            })
+            .sum();
+        side.share.entries.reserve(size);
+        for (rule, rr) in rules.iter().zip(resolved) {
+            side_rules(cache, &mut side, ports, rule.ports.as_deref(), rr, egress);
         }
-    }
-    PodRules {
-        to_pod: to_pod.finish(),
-        from_pod: from_pod.finish(),
-    }
+        Some(side.share)
+    };
+    Some(PolicyShare {
+        to_pod: side(policy.ingress.as_deref(), &resolved.ingress, false),
+        from_pod: side(policy.egress.as_deref(), &resolved.egress, true),
+    })
 }
 
 fn side_rules(
     cache: &Cache,
     side: &mut Side,
-    pod: &super::cache::Pod,
+    pod: &[NamedPort],
     ports: Option<&[PortSpec]>,
     rr: &ResolvedRule,
     egress: bool,
-    origin: &str,
 ) {
     // The destination a named port resolves on: the target for ingress.
-    let addr_rules = |side: &mut Side, addr: Prefix, dest: Option<&super::cache::Pod>| match ports {
-        None => side.push(addr, Proto::Any, PortRange::ANY, origin),
+    let addr_rules = |side: &mut Side, addr: Prefix, dest: Option<&[NamedPort]>| match ports {
+        None => side.push(addr, Proto::Any, PortRange::ANY),
         Some(specs) => {
             for spec in specs {
                 if let Some(range) = ports_at(spec, dest) {
-                    side.push(addr, proto(spec.proto), range, origin);
+                    side.push(addr, proto(spec.proto), range);
                 }
             }
         }
     };
     if rr.all_peers {
         match ports {
-            None => side.push(Prefix::Any, Proto::Any, PortRange::ANY, origin),
+            None => side.push(Prefix::Any, Proto::Any, PortRange::ANY),
             Some(specs) => {
                 for spec in specs {
                     match (&spec.port, egress) {
                         (PortRef::Named(name), true) => {
                             for (q, n) in pods_with_named_port(cache, name, spec.proto) {
                                 for ip in &q.ips {
-                                    side.push(
-                                        host(*ip),
-                                        proto(spec.proto),
-                                        PortRange::single(n),
-                                        origin,
-                                    );
+                                    side.push(host(*ip), proto(spec.proto), PortRange::single(n));
                                 }
                             }
                         }
                         _ => {
                             if let Some(range) = ports_at(spec, Some(pod)) {
-                                side.push(Prefix::Any, proto(spec.proto), range, origin);
+                                side.push(Prefix::Any, proto(spec.proto), range);
                             }
                         }
                     }
@@ -191,8 +258,8 @@ fn side_rules(
         }
         return;
     }
-    for q in rr.pods.iter().filter_map(|k| cache.pods.get(k)) {
-        let dest = if egress { q } else { pod };
+    for q in rr.pods.values() {
+        let dest = if egress { &q.named_ports[..] } else { pod };
         for ip in &q.ips {
             addr_rules(side, host(*ip), Some(dest));
         }

@@ -3,24 +3,30 @@
 //! (selectors resolved, pods a change affects) → [`configurator`] (6-tuple rules per
 //! pod and side) → [`renderer`] (combined local tables, reflective and global tables,
 //! diffs) → the `acl.apply` input. [`Engine`] keeps the layers' state for one node
-//! and re-renders incrementally; [`verdict`] answers "would this connection pass" by
+//! and re-renders incrementally: [`configs`] shares the configurator's rules between
+//! pods with the same policies and named ports, [`tables`] re-combines only the
+//! (pod, sender) pairs a change touches; [`verdict`] answers "would this connection pass" by
 //! sending packets through the rendered tables with the dataplane's classifier.
 //! See docs/policy.md.
 
 pub mod cache;
+pub mod configs;
 pub mod configurator;
 pub mod processor;
 pub mod renderer;
 pub mod selector;
 pub mod subnet;
+pub mod tables;
 pub mod verdict;
 
 use cache::{valid_port_name, Cache, Key, Kind, Object, PORT_ANNOTATION};
-use configurator::{configure, PodRules};
-use processor::Processor;
-use renderer::{Diff, LocalPod, Rendered};
-use std::collections::{BTreeMap, BTreeSet};
+use configs::Configs;
+use configurator::PodRules;
+use processor::{Affected, Processor};
+use renderer::{Diff, Rendered};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
+use tables::{PodInput, Tables};
 
 /// Why the state could not be read or rendered.
 #[derive(Debug, thiserror::Error)]
@@ -89,14 +95,14 @@ impl Local {
 }
 
 /// The policy pipeline's state for one switch: the cache, resolved policies, the
-/// configurator's rules of each local pod and the last rendered tables.
+/// configurator's rules of the local pods and the rendered tables.
 #[derive(Debug, Clone)]
 pub struct Engine {
     pub local: Local,
     pub cache: Cache,
     processor: Processor,
-    rules: BTreeMap<Key, PodRules>,
-    rendered: Rendered,
+    configs: Configs,
+    tables: Tables,
 }
 
 impl Engine {
@@ -107,30 +113,32 @@ impl Engine {
             local,
             cache,
             processor,
-            rules: BTreeMap::new(),
-            rendered: Rendered::default(),
+            configs: Configs::default(),
+            tables: Tables::default(),
         };
-        let keys: Vec<Key> = e.cache.pods.keys().cloned().collect();
-        e.reconfigure(keys);
-        e.rendered = e.render()?;
+        let all = Affected {
+            pods: e.cache.pods.keys().cloned().collect(),
+            ..Affected::default()
+        };
+        e.rerender(&all)?;
         Ok(e)
     }
 
     /// The tables rendered last.
     pub fn rendered(&self) -> &Rendered {
-        &self.rendered
+        self.tables.rendered()
     }
 
     /// The configurator's rules of a local pod.
     pub fn pod_rules(&self, key: &Key) -> Option<&PodRules> {
-        self.rules.get(key)
+        self.configs.get(key).map(|c| &c.rules)
     }
 
     /// Applies `changes`, re-configures the pods they affect, re-renders and returns
     /// what changed. On a render error the previous tables stay current (and the
     /// changes stay applied to the cache).
     pub fn apply(&mut self, changes: Vec<Change>) -> Result<Diff, PolicyError> {
-        let mut affected = BTreeSet::new();
+        let mut affected = Affected::default();
         for c in changes {
             let (kind, key, old) = match c {
                 Change::Upsert(o) => {
@@ -144,11 +152,7 @@ impl Engine {
             };
             affected.extend(self.processor.update(&self.cache, kind, &key, old.as_ref()));
         }
-        self.reconfigure(affected);
-        let new = self.render()?;
-        let diff = new.diff(&self.rendered);
-        self.rendered = new;
-        Ok(diff)
+        self.rerender(&affected)
     }
 
     /// Replaces the whole state with `objects`, as a list of changes.
@@ -157,53 +161,48 @@ impl Engine {
         self.apply(changes_between(&self.cache, &next))
     }
 
-    fn reconfigure(&mut self, keys: impl IntoIterator<Item = Key>) {
-        for k in keys {
-            match self.cache.pods.get(&k) {
-                Some(p) if p.is_active() && self.local.holds(p) => {
-                    let r = configure(&self.cache, &self.processor, &k);
-                    self.rules.insert(k, r);
-                }
-                _ => {
-                    self.rules.remove(&k);
-                }
-            }
-        }
+    /// Re-configures what `affected` names and re-renders the pods that changed.
+    fn rerender(&mut self, affected: &Affected) -> Result<Diff, PolicyError> {
+        let changed = self
+            .configs
+            .update(&self.cache, &self.processor, &self.local, affected);
+        let inputs = changed.into_iter().map(|k| {
+            let input = match (self.configs.get(&k), self.cache.pods.get(&k)) {
+                (Some(config), Some(pod)) => Some(PodInput {
+                    ips: pod.ips.clone(),
+                    port: pod.port.clone(),
+                    config: config.clone(),
+                }),
+                _ => None,
+            };
+            (k, input)
+        });
+        self.tables.update(inputs, check_ports)
     }
+}
 
-    fn render(&self) -> Result<Rendered, PolicyError> {
-        let pods: Vec<LocalPod<'_>> = self
-            .rules
-            .iter()
-            .filter_map(|(k, rules)| {
-                Some(LocalPod {
-                    pod: self.cache.pods.get(k)?,
-                    rules,
-                })
-            })
-            .collect();
-        let rendered = renderer::render(&pods);
-        let mut ports: BTreeMap<&str, &Key> = BTreeMap::new();
-        for (k, t) in &rendered.pods {
-            if t.egress.is_none() && t.ingress.is_none() {
-                continue;
-            }
-            if !valid_port_name(&t.port) {
-                return Err(PolicyError::Render(format!(
-                    "Pod {k}: metadata.name: {:?} is not a Ferrule port name (1-32 of A-Z a-z 0-9 - _ .); \
-                     set the annotation {PORT_ANNOTATION} to the pod's port",
-                    t.port
-                )));
-            }
-            if let Some(other) = ports.insert(&t.port, k) {
-                return Err(PolicyError::Render(format!(
-                    "Pod {k} and Pod {other} both map to port {:?}; set the annotation {PORT_ANNOTATION} on one of them",
-                    t.port
-                )));
-            }
+/// Checks that every pod with tables maps to a valid port of its own.
+fn check_ports(rendered: &Rendered) -> Result<(), PolicyError> {
+    let mut ports: BTreeMap<&str, &Key> = BTreeMap::new();
+    for (k, t) in &rendered.pods {
+        if t.egress.is_none() && t.ingress.is_none() {
+            continue;
         }
-        Ok(rendered)
+        if !valid_port_name(&t.port) {
+            return Err(PolicyError::Render(format!(
+                "Pod {k}: metadata.name: {:?} is not a Ferrule port name (1-32 of A-Z a-z 0-9 - _ .); \
+                 set the annotation {PORT_ANNOTATION} to the pod's port",
+                t.port
+            )));
+        }
+        if let Some(other) = ports.insert(&t.port, k) {
+            return Err(PolicyError::Render(format!(
+                "Pod {k} and Pod {other} both map to port {:?}; set the annotation {PORT_ANNOTATION} on one of them",
+                t.port
+            )));
+        }
     }
+    Ok(())
 }
 
 /// The changes that turn `old` into `new`.

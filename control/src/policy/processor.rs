@@ -1,24 +1,47 @@
 //! The policy processor: resolves every policy's selectors against the cache (the pods
 //! it applies to, the pods each rule's peers select, ipBlock pieces), keeps those
-//! memberships up to date one change at a time, and says which pods a change may
-//! affect — the pods a changed policy selected before or after; for a changed pod,
-//! itself and the pods of every policy whose peers held it before or after; for a
-//! changed namespace, the pods of policies whose namespace selectors matched it.
+//! memberships up to date one change at a time, and says what a change may affect
+//! ([`Affected`]): the pods whose set of policies changed (or that changed
+//! themselves), and the policies whose resolution changed — a changed policy; for a
+//! changed pod, every policy whose peers took it in or let it go, or hold it with a
+//! new address or named ports; for a changed namespace, the policies whose namespace
+//! selectors matched it. The policies applying
+//! to each pod are indexed, so a pod's policies are found without a scan.
 //! Pods without an IP address yet (and host-network or finished pods) are postponed:
 //! they are neither targets nor peers until they have one.
 
-use super::cache::{Cache, Key, Kind, NetworkPolicy, Object, Peer, Pod, PolicyRule, PortRef};
+use super::cache::{
+    Cache, Key, Kind, NamedPort, NetworkPolicy, Object, Peer, Pod, PolicyRule, PortRef,
+};
 use super::selector::Labels;
 use ferrule_dataplane::acl::Prefix;
-use std::collections::{BTreeMap, BTreeSet};
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::IpAddr;
+
+/// What the configurator needs of a pod a rule's peers select.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Member {
+    pub ips: Vec<IpAddr>,
+    pub named_ports: Vec<NamedPort>,
+}
+
+impl Member {
+    fn of(p: &Pod) -> Member {
+        Member {
+            ips: p.ips.clone(),
+            named_ports: p.named_ports.clone(),
+        }
+    }
+}
 
 /// One rule of a policy with its peers resolved.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ResolvedRule {
     /// No `from`/`to`: every endpoint.
     pub all_peers: bool,
-    /// Active pods the peers select.
-    pub pods: BTreeSet<Key>,
+    /// Active pods the peers select, with their addresses and named ports.
+    pub pods: BTreeMap<Key, Member>,
     /// ipBlock prefixes (after `except`).
     pub blocks: Vec<Prefix>,
 }
@@ -38,6 +61,28 @@ pub struct Resolved {
 #[derive(Debug, Clone, Default)]
 pub struct Processor {
     pub resolved: BTreeMap<Key, Resolved>,
+    /// Per pod, the policies whose targets hold it.
+    targeted_by: HashMap<Key, BTreeSet<Key>>,
+    /// Per pod, the policies whose peers hold it.
+    member_of: FxHashMap<Key, FxHashSet<Key>>,
+}
+
+/// What a change may affect.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Affected {
+    /// Pods that changed, or whose set of applying policies changed.
+    pub pods: BTreeSet<Key>,
+    /// Policies whose resolution (targets, peers, the peers' addresses or named
+    /// ports) may have changed: the rules of every pod they apply to may change.
+    pub policies: BTreeSet<Key>,
+}
+
+impl Affected {
+    /// Adds what `other` affects.
+    pub fn extend(&mut self, other: Affected) {
+        self.pods.extend(other.pods);
+        self.policies.extend(other.policies);
+    }
 }
 
 fn rules_of(p: &NetworkPolicy) -> [(&[PolicyRule], bool); 2] {
@@ -62,12 +107,47 @@ fn depends_on_all_pods(rule: &PolicyRule, egress: bool) -> bool {
 impl Processor {
     /// Resolves every policy of `cache`.
     pub fn new(cache: &Cache) -> Processor {
-        let resolved = cache
+        let ns_names = cache.namespace_names();
+        let resolved: BTreeMap<Key, Resolved> = cache
             .policies
             .values()
-            .map(|p| (p.key.clone(), resolve(cache, p)))
+            .map(|p| (p.key.clone(), resolve_in(cache, p, &ns_names)))
             .collect();
-        Processor { resolved }
+        let mut targeted_by: HashMap<Key, BTreeSet<Key>> = HashMap::new();
+        for (pk, r) in &resolved {
+            for t in &r.targets {
+                targeted_by.entry(t.clone()).or_default().insert(pk.clone());
+            }
+        }
+        let mut p = Processor {
+            resolved: BTreeMap::new(),
+            targeted_by,
+            member_of: FxHashMap::default(),
+        };
+        for (pk, r) in &resolved {
+            p.set_members(pk, r, true);
+        }
+        p.resolved = resolved;
+        p
+    }
+
+    /// Records (`is`) or forgets the pods that the peers of policy `pk` hold.
+    fn set_members(&mut self, pk: &Key, r: &Resolved, is: bool) {
+        for rr in r.ingress.iter().chain(&r.egress) {
+            for m in rr.pods.keys() {
+                if is {
+                    self.member_of
+                        .entry(m.clone())
+                        .or_default()
+                        .insert(pk.clone());
+                } else if let Some(s) = self.member_of.get_mut(m) {
+                    s.remove(pk);
+                    if s.is_empty() {
+                        self.member_of.remove(m);
+                    }
+                }
+            }
+        }
     }
 
     /// The policies applying to `pod`, in key order.
@@ -75,32 +155,76 @@ impl Processor {
         &'a self,
         pod: &'a Key,
     ) -> impl Iterator<Item = (&'a Key, &'a Resolved)> {
-        self.resolved
-            .iter()
-            .filter(move |(_, r)| r.targets.contains(pod))
+        self.targeted_by
+            .get(pod)
+            .into_iter()
+            .flatten()
+            .filter_map(|pk| self.resolved.get_key_value(pk))
+    }
+
+    /// The keys of the policies applying to `pod`, in key order.
+    pub fn policy_keys_of(&self, pod: &Key) -> Vec<Key> {
+        self.targeted_by
+            .get(pod)
+            .map_or_else(Vec::new, |s| s.iter().cloned().collect())
+    }
+
+    fn set_target(&mut self, policy: &Key, pod: &Key, is: bool) {
+        if is {
+            self.targeted_by
+                .entry(pod.clone())
+                .or_default()
+                .insert(policy.clone());
+        } else if let Some(s) = self.targeted_by.get_mut(pod) {
+            s.remove(policy);
+            if s.is_empty() {
+                self.targeted_by.remove(pod);
+            }
+        }
+    }
+
+    /// Resolves policy `key` again (gone when not in `cache`).
+    fn update_policy(&mut self, cache: &Cache, key: &Key, ns_names: &[String]) -> Affected {
+        let mut affected = Affected::default();
+        affected.policies.insert(key.clone());
+        let before = match self.resolved.remove(key) {
+            Some(r) => {
+                self.set_members(key, &r, false);
+                r.targets
+            }
+            None => BTreeSet::new(),
+        };
+        let after = match cache.policies.get(key) {
+            Some(p) => {
+                let r = resolve_in(cache, p, ns_names);
+                let t = r.targets.clone();
+                self.set_members(key, &r, true);
+                self.resolved.insert(key.clone(), r);
+                t
+            }
+            None => BTreeSet::new(),
+        };
+        for pod in before.symmetric_difference(&after) {
+            self.set_target(key, pod, after.contains(pod));
+            affected.pods.insert(pod.clone());
+        }
+        affected
     }
 
     /// Brings the memberships up to date after `cache` changed from `old` (the object
     /// before, `None` when added) to the object now in `cache` under `(kind, key)`;
-    /// returns the pods whose rules may have changed.
+    /// returns what the change may affect.
     pub fn update(
         &mut self,
         cache: &Cache,
         kind: Kind,
         key: &Key,
         old: Option<&Object>,
-    ) -> BTreeSet<Key> {
-        let mut affected = BTreeSet::new();
+    ) -> Affected {
+        let mut affected = Affected::default();
         match kind {
             Kind::NetworkPolicy => {
-                if let Some(before) = self.resolved.remove(key) {
-                    affected.extend(before.targets);
-                }
-                if let Some(p) = cache.policies.get(key) {
-                    let r = resolve(cache, p);
-                    affected.extend(r.targets.iter().cloned());
-                    self.resolved.insert(key.clone(), r);
-                }
+                affected = self.update_policy(cache, key, &cache.namespace_names());
             }
             Kind::Pod => {
                 let old_pod = match old {
@@ -109,11 +233,18 @@ impl Processor {
                 };
                 let new_pod = cache.pods.get(key);
                 if old_pod.is_some() || new_pod.is_some() {
-                    affected.insert(key.clone());
+                    affected.pods.insert(key.clone());
                 }
                 let ns_labels = cache.namespace_labels(&key.namespace);
+                let info = new_pod.map(Member::of);
+                let mut target_changes = Vec::new();
+                let mut member_changes = Vec::new();
+                let mut held = self.member_of.remove(key).unwrap_or_default();
+                // Both maps are in key order: walk them together.
+                let mut policies = cache.policies.iter().peekable();
                 for (pk, r) in self.resolved.iter_mut() {
-                    let Some(policy) = cache.policies.get(pk) else {
+                    while policies.next_if(|(k, _)| *k < pk).is_some() {}
+                    let Some((_, policy)) = policies.next_if(|(k, _)| *k == pk) else {
                         continue;
                     };
                     let mut touched = false;
@@ -123,14 +254,16 @@ impl Processor {
                             && policy.pod_selector.matches(&p.labels)
                     });
                     let was_target = r.targets.contains(key);
-                    if is_target {
-                        r.targets.insert(key.clone());
-                    } else {
-                        r.targets.remove(key);
+                    if is_target != was_target {
+                        if is_target {
+                            r.targets.insert(key.clone());
+                        } else {
+                            r.targets.remove(key);
+                        }
+                        target_changes.push((pk.clone(), is_target));
                     }
-                    if was_target || is_target {
-                        affected.insert(key.clone());
-                    }
+                    let was_member = held.contains(pk);
+                    let mut is_member = false;
                     for (rules, egress) in rules_of(policy) {
                         let resolved = if egress {
                             &mut r.egress
@@ -140,6 +273,20 @@ impl Processor {
                         for (rule, rr) in rules.iter().zip(resolved.iter_mut()) {
                             if depends_on_all_pods(rule, egress) {
                                 touched = true;
+                            }
+                            // Peers without a namespace selector hold pods of the
+                            // policy's namespace only.
+                            let elsewhere = rule.peers.iter().flatten().any(|peer| {
+                                matches!(
+                                    peer,
+                                    Peer::Pods {
+                                        namespaces: Some(_),
+                                        ..
+                                    }
+                                )
+                            });
+                            if !elsewhere && key.namespace != policy.key.namespace {
+                                continue;
                             }
                             let member = new_pod.is_some_and(|p| {
                                 p.is_active()
@@ -152,19 +299,47 @@ impl Processor {
                                         )
                                     })
                             });
-                            let was = rr.pods.contains(key);
-                            if member {
-                                rr.pods.insert(key.clone());
-                            } else {
-                                rr.pods.remove(key);
+                            is_member |= member;
+                            if !member && !was_member {
+                                continue;
                             }
-                            // A member's address or ports may have changed too.
-                            touched |= member || was;
+                            // The rules depend on the members' addresses and named
+                            // ports only.
+                            touched |= match (member, &info) {
+                                (true, Some(info)) => match rr.pods.get_mut(key) {
+                                    Some(m) if m == info => false,
+                                    Some(m) => {
+                                        *m = info.clone();
+                                        true
+                                    }
+                                    None => {
+                                        rr.pods.insert(key.clone(), info.clone());
+                                        true
+                                    }
+                                },
+                                _ => rr.pods.remove(key).is_some(),
+                            };
                         }
                     }
-                    if touched {
-                        affected.extend(r.targets.iter().cloned());
+                    if is_member != was_member {
+                        member_changes.push((pk.clone(), is_member));
                     }
+                    if touched {
+                        affected.policies.insert(pk.clone());
+                    }
+                }
+                for (pk, is) in target_changes {
+                    self.set_target(&pk, key, is);
+                }
+                for (pk, is) in member_changes {
+                    if is {
+                        held.insert(pk);
+                    } else {
+                        held.remove(&pk);
+                    }
+                }
+                if !held.is_empty() {
+                    self.member_of.insert(key.clone(), held);
                 }
             }
             Kind::Namespace => {
@@ -189,8 +364,9 @@ impl Processor {
                     })
                     .map(|p| p.key.clone())
                     .collect();
+                let ns_names = cache.namespace_names();
                 for k in keys {
-                    affected.extend(self.update(cache, Kind::NetworkPolicy, &k, None));
+                    affected.extend(self.update_policy(cache, &k, &ns_names));
                 }
             }
         }
@@ -200,12 +376,16 @@ impl Processor {
 
 /// Resolves one policy against the cache.
 pub fn resolve(cache: &Cache, p: &NetworkPolicy) -> Resolved {
+    resolve_in(cache, p, &cache.namespace_names())
+}
+
+/// [`resolve`], given the cache's namespace names.
+fn resolve_in(cache: &Cache, p: &NetworkPolicy, ns_names: &[String]) -> Resolved {
     let targets = cache
         .pods_in(&p.key.namespace)
         .filter(|pod| pod.is_active() && p.pod_selector.matches(&pod.labels))
         .map(|pod| pod.key.clone())
         .collect();
-    let ns_names = cache.namespace_names();
     let resolve_rules = |rules: &[PolicyRule]| -> Vec<ResolvedRule> {
         rules
             .iter()
@@ -223,13 +403,13 @@ pub fn resolve(cache: &Cache, p: &NetworkPolicy) -> Resolved {
                                 cache
                                     .pods_in(ns)
                                     .filter(|q| q.is_active() && pods.matches(&q.labels))
-                                    .map(|q| q.key.clone())
-                                    .collect::<Vec<Key>>()
+                                    .map(|q| (q.key.clone(), Member::of(q)))
+                                    .collect::<Vec<(Key, Member)>>()
                             };
                             match namespaces {
                                 None => rr.pods.extend(in_ns(&p.key.namespace)),
                                 Some(sel) => {
-                                    for ns in &ns_names {
+                                    for ns in ns_names {
                                         if sel.matches(&cache.namespace_labels(ns)) {
                                             rr.pods.extend(in_ns(ns));
                                         }

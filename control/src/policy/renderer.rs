@@ -22,8 +22,9 @@ use super::cache::{Key, Pod, L4};
 use super::configurator::{same_family, PodRules};
 use super::subnet::host;
 use ferrule_dataplane::acl::{Action, PortRange, Prefix, Proto, Rule};
+use rustc_hash::FxHashSet;
 use serde_json::{json, Map, Value};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 /// Name of the reflective ingress table.
@@ -214,48 +215,45 @@ pub struct LocalPod<'a> {
     pub rules: &'a PodRules,
 }
 
-/// A rule list indexed by one address field: the rules whose prefix there is a host
-/// address, by address, and the others (wider prefixes, any), so that the rules that
-/// can match one address are found without scanning the list.
-struct Index<'a> {
-    rules: &'a [Rule],
-    by_host: HashMap<IpAddr, Vec<usize>>,
+/// A rule list indexed by one address field: the positions of the rules whose prefix
+/// there is a host address, sorted by address (then position), and of the others
+/// (wider prefixes, any), so that the rules that can match one address are found
+/// without scanning the list.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AddrIndex {
+    hosts: Vec<(IpAddr, usize)>,
     wide: Vec<usize>,
 }
 
-impl<'a> Index<'a> {
-    fn new(rules: &'a [Rule], by_src: bool) -> Index<'a> {
-        let mut by_host: HashMap<IpAddr, Vec<usize>> = HashMap::new();
+impl AddrIndex {
+    /// Indexes `rules` by source (`by_src`) or destination.
+    pub fn new(rules: &[Rule], by_src: bool) -> AddrIndex {
+        let mut hosts = Vec::new();
         let mut wide = Vec::new();
         for (i, r) in rules.iter().enumerate() {
-            match if by_src { r.src } else { r.dst } {
-                Prefix::V4 { addr, len: 32 } => {
-                    by_host.entry(IpAddr::V4(addr)).or_default().push(i)
-                }
-                Prefix::V6 { addr, len: 128 } => {
-                    by_host.entry(IpAddr::V6(addr)).or_default().push(i)
-                }
-                _ => wide.push(i),
+            match host_of(if by_src { r.src } else { r.dst }) {
+                Some(ip) => hosts.push((ip, i)),
+                None => wide.push(i),
             }
         }
-        Index {
-            rules,
-            by_host,
-            wide,
-        }
+        hosts.sort_unstable();
+        AddrIndex { hosts, wide }
     }
 
-    /// What the list lets through from `src` to `dst`; `key` is the indexed one.
-    fn allowed(&self, key: IpAddr, src: IpAddr, dst: IpAddr) -> Allowed {
-        if self.rules.is_empty() {
+    /// What `rules` (the indexed list) let through from `src` to `dst`; `key` is the
+    /// indexed one.
+    pub fn allowed(&self, rules: &[Rule], key: IpAddr, src: IpAddr, dst: IpAddr) -> Allowed {
+        if rules.is_empty() {
             return Allowed::all();
         }
-        let hosts = self.by_host.get(&key).map_or(&[][..], Vec::as_slice);
+        let from = self.hosts.partition_point(|&(ip, _)| ip < key);
+        let to = from + self.hosts[from..].partition_point(|&(ip, _)| ip == key);
+        let hosts = &self.hosts[from..to];
         // Both index lists are ascending: merge them to keep the rule order.
         let (mut h, mut w) = (0, 0);
         let order = std::iter::from_fn(|| {
             let next = match (hosts.get(h), self.wide.get(w)) {
-                (Some(&a), Some(&b)) if a < b => {
+                (Some(&(_, a)), Some(&b)) if a < b => {
                     h += 1;
                     a
                 }
@@ -263,72 +261,116 @@ impl<'a> Index<'a> {
                     w += 1;
                     b
                 }
-                (Some(&a), None) => {
+                (Some(&(_, a)), None) => {
                     h += 1;
                     a
                 }
                 (None, None) => return None,
             };
-            self.rules.get(next)
+            rules.get(next)
         });
         Allowed::of_some(order, src, dst)
     }
 }
 
-/// The local (egress) table of `pod`, combined with the other local pods' `from_pod`
-/// rules; empty when the pod needs no table.
-pub fn local_table(pod: LocalPod<'_>, others: &[LocalPod<'_>]) -> Vec<Rule> {
-    let senders: Vec<(LocalPod<'_>, Index<'_>)> = others
-        .iter()
-        .filter(|q| !q.rules.from_pod.is_empty())
-        .map(|q| (*q, Index::new(&q.rules.from_pod, false)))
-        .collect();
-    combined(pod, &senders)
+/// The address of a host prefix (/32, /128).
+pub fn host_of(p: Prefix) -> Option<IpAddr> {
+    match p {
+        Prefix::V4 { addr, len: 32 } => Some(IpAddr::V4(addr)),
+        Prefix::V6 { addr, len: 128 } => Some(IpAddr::V6(addr)),
+        _ => None,
+    }
 }
 
-/// [`local_table`] with the restricted senders' rules indexed by destination.
-fn combined(pod: LocalPod<'_>, senders: &[(LocalPod<'_>, Index<'_>)]) -> Vec<Rule> {
-    let mut base: Vec<Rule> = pod.rules.to_pod.clone();
-    let open = base.is_empty();
-    let mut front = Vec::new();
-    let accepts_index = Index::new(&pod.rules.to_pod, true);
-    for (q, sends_index) in senders {
-        if q.pod.key == pod.pod.key {
-            continue;
-        }
-        for &qip in &q.pod.ips {
-            for &pip in pod.pod.ips.iter().filter(|p| p.is_ipv4() == qip.is_ipv4()) {
-                let sends = sends_index.allowed(pip, qip, pip);
-                if sends == Allowed::all() {
-                    continue;
-                }
-                let accepts = accepts_index.allowed(qip, qip, pip);
-                if accepts.subset_of(&sends) {
-                    continue;
-                }
-                let src = host(qip);
-                base.retain(|r| r.src != src);
-                let origin = q.rules.from_pod.last().and_then(|r| r.origin.clone());
-                front.extend(
-                    accepts
-                        .intersect(&sends)
-                        .rules_from(src, origin.as_deref().unwrap_or(RENDERER_ORIGIN)),
-                );
-            }
+/// A pod's rules with the indexes the renderer combines them by: `to_pod` by source
+/// (what the pod accepts from an address), `from_pod` by destination (what it may
+/// send to one).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Indexed {
+    pub rules: PodRules,
+    pub accepts: AddrIndex,
+    pub sends: AddrIndex,
+}
+
+impl Indexed {
+    pub fn new(rules: PodRules) -> Indexed {
+        Indexed {
+            accepts: AddrIndex::new(&rules.to_pod, true),
+            sends: AddrIndex::new(&rules.from_pod, false),
+            rules,
         }
     }
-    if open && !front.is_empty() {
+}
+
+/// What one local sender contributes to a pod's local table: the sources whose rules
+/// are taken out of the pod's own, and the rules put first in their place.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Part {
+    pub srcs: Vec<Prefix>,
+    pub rules: Vec<Rule>,
+}
+
+/// The part of the local table of a pod (addresses `pod_ips`, rules `pod`) due to
+/// the local sender `q` (addresses `q_ips`); `None` when `q` is not restricted or
+/// may send everything the pod accepts from it.
+pub fn part(pod_ips: &[IpAddr], pod: &Indexed, q_ips: &[IpAddr], q: &Indexed) -> Option<Part> {
+    let from_q = &q.rules.from_pod;
+    if from_q.is_empty() {
+        return None;
+    }
+    let mut out = Part::default();
+    for &qip in q_ips {
+        for &pip in pod_ips.iter().filter(|p| p.is_ipv4() == qip.is_ipv4()) {
+            let sends = q.sends.allowed(from_q, pip, qip, pip);
+            if sends == Allowed::all() {
+                continue;
+            }
+            let accepts = pod.accepts.allowed(&pod.rules.to_pod, qip, qip, pip);
+            if accepts.subset_of(&sends) {
+                continue;
+            }
+            let src = host(qip);
+            out.srcs.push(src);
+            let origin = from_q.last().and_then(|r| r.origin.as_deref());
+            out.rules.extend(
+                accepts
+                    .intersect(&sends)
+                    .rules_from(src, origin.unwrap_or(RENDERER_ORIGIN)),
+            );
+        }
+    }
+    (!out.srcs.is_empty()).then_some(out)
+}
+
+/// The local (egress) table of a pod with `rules`, given the parts of its restricted
+/// local senders in sender order; empty when the pod needs no table.
+pub fn assemble<'a>(rules: &PodRules, parts: impl IntoIterator<Item = &'a Part>) -> Vec<Rule> {
+    let mut front = Vec::new();
+    let mut taken: FxHashSet<Prefix> = FxHashSet::default();
+    for p in parts {
+        taken.extend(&p.srcs);
+        front.extend(p.rules.iter().cloned());
+    }
+    let open = rules.to_pod.is_empty();
+    let had_front = !front.is_empty();
+    front.extend(
+        rules
+            .to_pod
+            .iter()
+            .filter(|r| !taken.contains(&r.src))
+            .cloned(),
+    );
+    if open && had_front {
         let mut rest = Rule::any(Action::Reflect);
         rest.origin = Some(RENDERER_ORIGIN.into());
-        base.push(rest);
+        front.push(rest);
     }
-    front.extend(base);
     for r in &mut front {
         if r.action == Action::Permit {
             r.action = Action::Reflect;
         }
     }
-    if front.is_empty() && !pod.rules.from_pod.is_empty() {
+    if front.is_empty() && !rules.from_pod.is_empty() {
         let mut all = Rule::any(Action::Reflect);
         all.origin = Some(RENDERER_ORIGIN.into());
         front.push(all);
@@ -336,27 +378,65 @@ fn combined(pod: LocalPod<'_>, senders: &[(LocalPod<'_>, Index<'_>)]) -> Vec<Rul
     front
 }
 
+/// The local (egress) table of `pod`, combined with the other local pods' `from_pod`
+/// rules; empty when the pod needs no table.
+pub fn local_table(pod: LocalPod<'_>, others: &[LocalPod<'_>]) -> Vec<Rule> {
+    let senders: Vec<(LocalPod<'_>, Indexed)> = others
+        .iter()
+        .filter(|q| !q.rules.from_pod.is_empty())
+        .map(|q| (*q, Indexed::new(q.rules.clone())))
+        .collect();
+    combined(pod, &Indexed::new(pod.rules.clone()), &senders)
+}
+
+/// [`local_table`] with the pod's and the restricted senders' rules indexed.
+fn combined(
+    pod: LocalPod<'_>,
+    indexed: &Indexed,
+    senders: &[(LocalPod<'_>, Indexed)],
+) -> Vec<Rule> {
+    let parts: Vec<Part> = senders
+        .iter()
+        .filter(|(q, _)| q.pod.key != pod.pod.key)
+        .filter_map(|(q, qi)| part(&pod.pod.ips, indexed, &q.pod.ips, qi))
+        .collect();
+    assemble(pod.rules, &parts)
+}
+
+/// A local pod's share of the global table: its `from_pod` rules (or some of them)
+/// with each of its addresses as source.
+pub fn global_part(ips: &[IpAddr], from_pod: &[Rule]) -> Vec<Rule> {
+    let mut out = Vec::new();
+    for r in from_pod {
+        for &ip in ips {
+            if same_family(r.dst, ip) {
+                let mut g = r.clone();
+                g.src = host(ip);
+                out.push(g);
+            }
+        }
+    }
+    out
+}
+
 /// The global table: every local pod's `from_pod` rules with the pod's address as
 /// source, then permit all; empty when no local pod's egress is restricted.
 pub fn global_table(pods: &[LocalPod<'_>]) -> Vec<Rule> {
     let mut out = Vec::new();
     for p in pods {
-        for r in &p.rules.from_pod {
-            for &ip in &p.pod.ips {
-                if same_family(r.dst, ip) {
-                    let mut g = r.clone();
-                    g.src = host(ip);
-                    out.push(g);
-                }
-            }
-        }
+        out.extend(global_part(&p.pod.ips, &p.rules.from_pod));
     }
     if !out.is_empty() {
-        let mut rest = Rule::any(Action::Permit);
-        rest.origin = Some(RENDERER_ORIGIN.into());
-        out.push(rest);
+        out.push(global_rest());
     }
     out
+}
+
+/// The global table's last rule.
+pub fn global_rest() -> Rule {
+    let mut rest = Rule::any(Action::Permit);
+    rest.origin = Some(RENDERER_ORIGIN.into());
+    rest
 }
 
 /// The tables of one pod.
@@ -395,23 +475,33 @@ impl std::hash::Hasher for Fnv {
 }
 
 /// A table name that changes with the content: `pol-` and a hash of the rules.
-fn table_name(rules: &[Rule]) -> String {
+pub fn table_name(rules: &[Rule]) -> String {
     use std::hash::{Hash, Hasher};
     let mut h = Fnv(0xcbf2_9ce4_8422_2325);
     rules.hash(&mut h);
     format!("pol-{:016x}", h.finish())
 }
 
-/// Renders the tables of `pods` (the node's active pods with their rules).
+/// The reflective table.
+pub fn reflect_table() -> Vec<Rule> {
+    let mut r = Rule::any(Action::Reflect);
+    r.origin = Some(RENDERER_ORIGIN.into());
+    vec![r]
+}
+
+/// Renders the tables of `pods` (the node's active pods with their rules) at once;
+/// [`super::tables::Tables`] keeps the same result up to date pod by pod.
 pub fn render(pods: &[LocalPod<'_>]) -> Rendered {
     let mut out = Rendered::default();
-    let senders: Vec<(LocalPod<'_>, Index<'_>)> = pods
+    let indexed: Vec<Indexed> = pods.iter().map(|p| Indexed::new(p.rules.clone())).collect();
+    let senders: Vec<(LocalPod<'_>, Indexed)> = pods
         .iter()
-        .filter(|q| !q.rules.from_pod.is_empty())
-        .map(|q| (*q, Index::new(&q.rules.from_pod, false)))
+        .zip(&indexed)
+        .filter(|(q, _)| !q.rules.from_pod.is_empty())
+        .map(|(q, i)| (*q, i.clone()))
         .collect();
-    for p in pods {
-        let rules = combined(*p, &senders);
+    for (p, pi) in pods.iter().zip(&indexed) {
+        let rules = combined(*p, pi, &senders);
         let mut t = PodTables {
             port: p.pod.port.clone(),
             ..PodTables::default()
@@ -425,9 +515,7 @@ pub fn render(pods: &[LocalPod<'_>]) -> Rendered {
         out.pods.insert(p.pod.key.clone(), t);
     }
     if out.pods.values().any(|t| t.ingress.is_some()) {
-        let mut r = Rule::any(Action::Reflect);
-        r.origin = Some(RENDERER_ORIGIN.into());
-        out.tables.insert(REFLECT_TABLE.into(), vec![r]);
+        out.tables.insert(REFLECT_TABLE.into(), reflect_table());
     }
     let global = global_table(pods);
     if !global.is_empty() {

@@ -1,11 +1,11 @@
 //! `ferrule-policybench`: generates a cluster of Kubernetes manifests (namespaces, pods
 //! spread over nodes, NetworkPolicies of the usual shapes) and measures the policy
 //! renderer: parsing, a full render of one node and of every node, and incremental
-//! re-renders with diffs after a pod add, a local label change and a remote label
-//! change. Prints table and rule counts.
+//! re-renders with diffs after a pod add, a local label change, a remote label change
+//! and a policy edit. Prints table and rule counts.
 
 use clap::Parser;
-use ferrule_control::policy::cache::{parse_text, Cache, Key, Kind, Object};
+use ferrule_control::policy::cache::{parse_text, Cache, Key, Kind, Object, PortRef};
 use ferrule_control::policy::{Change, Engine, Local};
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
@@ -34,6 +34,9 @@ struct Args {
     /// Repetitions of each incremental measurement.
     #[arg(long, default_value_t = 50)]
     rounds: usize,
+    /// Skip the full render of every node (for profiling the incremental cases).
+    #[arg(long)]
+    skip_all_nodes: bool,
     /// Write the generated manifests to this file too.
     #[arg(long)]
     write: Option<std::path::PathBuf>,
@@ -119,6 +122,49 @@ fn median(mut v: Vec<Duration>) -> (f64, f64) {
     (ms(v[v.len() / 2]), ms(v[v.len() - 1]))
 }
 
+/// The CPU time this thread has run, in nanoseconds (`/proc/thread-self/schedstat`),
+/// where the kernel provides it: on a shared machine it shows the work the wall clock
+/// hides under other processes' time slices.
+fn cpu_ns() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    text.split_whitespace().next()?.parse().ok()
+}
+
+/// CPU time summed over the rounds of one case.
+#[derive(Default)]
+struct Cpu {
+    total: u64,
+    rounds: u64,
+    missing: bool,
+}
+
+impl Cpu {
+    fn add(&mut self, before: Option<u64>, after: Option<u64>) {
+        match (before, after) {
+            (Some(b), Some(a)) => {
+                self.total += a.saturating_sub(b);
+                self.rounds += 1;
+            }
+            _ => self.missing = true,
+        }
+    }
+}
+
+impl std::fmt::Display for Cpu {
+    /// `, CPU mean X ms` (the kernel updates the count at scheduler ticks, so single
+    /// rounds are coarse but the mean is not).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.missing || self.rounds == 0 {
+            return Ok(());
+        }
+        write!(
+            f,
+            ", CPU mean {:.2} ms",
+            self.total as f64 / self.rounds as f64 / 1e6
+        )
+    }
+}
+
 fn main() -> anyhow::Result<()> {
     let a = Args::parse();
     let text = generate(&a);
@@ -177,7 +223,7 @@ fn main() -> anyhow::Result<()> {
     let t = Instant::now();
     let mut tables = 0;
     let mut rules = 0;
-    for n in 0..a.nodes {
+    for n in (0..a.nodes).filter(|_| !a.skip_all_nodes) {
         let e = Engine::new(cache.clone(), Local::Node(format!("node-{n:02}")))
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         tables += e.rendered().tables.len();
@@ -197,6 +243,7 @@ fn main() -> anyhow::Result<()> {
         .cloned()
         .ok_or_else(|| anyhow::anyhow!("no pod on node-00"))?;
     let mut added = Vec::new();
+    let mut cpu = Cpu::default();
     let mut last_diff = String::new();
     for i in 0..a.rounds {
         let mut p = template.clone();
@@ -204,18 +251,20 @@ fn main() -> anyhow::Result<()> {
         p.port = format!("new-{i}");
         p.ips = vec![format!("10.250.{}.{}", i / 200, i % 200 + 1).parse()?];
         let key = p.key.clone();
+        let cpu0 = cpu_ns();
         let t = Instant::now();
         let d = engine
             .apply(vec![Change::Upsert(Object::Pod(p))])
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         added.push(t.elapsed());
+        cpu.add(cpu0, cpu_ns());
         last_diff = d.to_string();
         engine
             .apply(vec![Change::Delete(Kind::Pod, key)])
             .map_err(|e| anyhow::anyhow!("{e}"))?;
     }
     let (add_ms, add_max) = median(added);
-    println!("pod add on node-00 + re-render + diff: median {add_ms:.2} ms (max {add_max:.2}); {last_diff}");
+    println!("pod add on node-00 + re-render + diff: median {add_ms:.2} ms (max {add_max:.2}){cpu}; {last_diff}");
 
     // Incremental: label changes (app label flips) of a local and of a remote pod.
     for (what, pod) in [
@@ -232,22 +281,70 @@ fn main() -> anyhow::Result<()> {
     ] {
         let original = engine.cache.pods[&pod].clone();
         let mut times = Vec::new();
+        let mut cpu = Cpu::default();
         for i in 0..a.rounds {
             let mut p = original.clone();
             if i % 2 == 0 {
                 p.labels.insert("app".into(), "app-7".into());
             }
+            let cpu0 = cpu_ns();
             let t = Instant::now();
             let d = engine
                 .apply(vec![Change::Upsert(Object::Pod(p))])
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
             times.push(t.elapsed());
+            cpu.add(cpu0, cpu_ns());
             if i == 0 {
                 last_diff = d.to_string();
             }
         }
         let (m, max) = median(times);
-        println!("label change of a {what} pod + re-render + diff: median {m:.2} ms (max {max:.2}); first: {last_diff}");
+        println!("label change of a {what} pod + re-render + diff: median {m:.2} ms (max {max:.2}){cpu}; first: {last_diff}");
+    }
+
+    // Incremental: a policy edit (the port range of the per-app ingress policy of the
+    // template pod's app widens and narrows again).
+    let app = template.labels.get("app").cloned().unwrap_or_default();
+    let policy = engine
+        .cache
+        .policies
+        .values()
+        .find(|p| {
+            p.key.namespace == template.key.namespace
+                && p.ingress.as_ref().is_some_and(|r| r.len() == 2)
+                && p.pod_selector
+                    .labels
+                    .iter()
+                    .any(|(k, v)| k == "app" && *v == app)
+        })
+        .cloned();
+    if let Some(original) = policy {
+        let mut times = Vec::new();
+        let mut cpu = Cpu::default();
+        for i in 0..a.rounds {
+            let mut p = original.clone();
+            if i % 2 == 0 {
+                for rule in p.ingress.iter_mut().flatten() {
+                    for spec in rule.ports.iter_mut().flatten() {
+                        if let PortRef::Range(r) = &mut spec.port {
+                            r.hi = r.hi.saturating_add(10);
+                        }
+                    }
+                }
+            }
+            let cpu0 = cpu_ns();
+            let t = Instant::now();
+            let d = engine
+                .apply(vec![Change::Upsert(Object::Policy(p))])
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            times.push(t.elapsed());
+            cpu.add(cpu0, cpu_ns());
+            if i == 0 {
+                last_diff = d.to_string();
+            }
+        }
+        let (m, max) = median(times);
+        println!("edit of a policy applying to node-00 pods + re-render + diff: median {m:.2} ms (max {max:.2}){cpu}; first: {last_diff}");
     }
     Ok(())
 }
