@@ -7,10 +7,35 @@ use super::{preallocated, prefetch, MemoryAdvice};
 use crate::flow::FlowKey;
 
 /// A key's hash under one table's seed ([`ConnTable::hash`](super::ConnTable::hash)),
-/// to look the key up later without hashing it again. Only meaningful for the table
-/// that computed it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct KeyHash(pub(super) u64);
+/// to look the key up later without hashing it again, and, once
+/// [`prefetch_entry`](super::ConnTable::prefetch_entry) has read its bucket, the
+/// reference of the entry it prefetched (the lookup checks that entry first, without
+/// reading the bucket again). Only meaningful for the table that computed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyHash {
+    pub(super) h: u64,
+    /// The first reference whose tag matched in the home bucket, or `NO_CANDIDATE`.
+    pub(super) cand: u32,
+}
+
+/// No candidate reference (not read yet, or no tag matched).
+pub(super) const NO_CANDIDATE: u32 = u32::MAX;
+
+impl KeyHash {
+    #[inline(always)]
+    pub(super) fn new(h: u64) -> KeyHash {
+        KeyHash {
+            h,
+            cand: NO_CANDIDATE,
+        }
+    }
+}
+
+impl Default for KeyHash {
+    fn default() -> Self {
+        KeyHash::new(0)
+    }
+}
 
 /// Slots per bucket.
 pub(super) const SLOTS: usize = 10;
@@ -126,15 +151,26 @@ impl Index {
         (m != 0).then(|| b.refs[m.trailing_zeros() as usize])
     }
 
-    /// Bit `i` set when slot `i` of `b` holds `tag` (branch-free, so the compiler can
-    /// compare all ten tags at once).
+    /// Bit `i` set when slot `i` of `b` holds `tag`: with the DPDK layer on x86-64, one
+    /// SSE2 compare of slots 0-7 and 8-9 scalar; otherwise branch-free scalar compares.
     #[inline(always)]
     fn tag_mask(b: &Bucket, tag: u16) -> u32 {
-        let mut m = 0u32;
-        for (i, &t) in b.tags.iter().enumerate() {
-            m |= u32::from(t == tag) << i;
+        #[cfg(all(feature = "dpdk", target_arch = "x86_64"))]
+        {
+            let (low, high) = b.tags.split_at(8);
+            let low: &[u16; 8] = low.try_into().expect("eight tags");
+            crate::dpdk::memory::eq_mask_u16x8(low, tag)
+                | u32::from(high[0] == tag) << 8
+                | u32::from(high[1] == tag) << 9
         }
-        m
+        #[cfg(not(all(feature = "dpdk", target_arch = "x86_64")))]
+        {
+            let mut m = 0u32;
+            for (i, &t) in b.tags.iter().enumerate() {
+                m |= u32::from(t == tag) << i;
+            }
+            m
+        }
     }
 
     /// The reference stored for a key with hash `h` for which `matches` is true.
@@ -247,6 +283,25 @@ mod tests {
             .buckets
             .iter()
             .all(|b| b.overflow == 0 && b.tags == [EMPTY; SLOTS]));
+    }
+
+    #[test]
+    fn tag_mask_marks_every_matching_slot() {
+        let mut b = EMPTY_BUCKET;
+        for pattern in 0u32..1 << SLOTS {
+            for (i, t) in b.tags.iter_mut().enumerate() {
+                *t = if pattern >> i & 1 != 0 {
+                    0x8001
+                } else {
+                    i as u16 + 1
+                };
+            }
+            assert_eq!(Index::tag_mask(&b, 0x8001), pattern);
+            for i in 0..SLOTS as u16 {
+                let want = if pattern >> i & 1 != 0 { 0 } else { 1 << i };
+                assert_eq!(Index::tag_mask(&b, i + 1), want);
+            }
+        }
     }
 
     #[test]

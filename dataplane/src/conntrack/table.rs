@@ -120,13 +120,32 @@ impl Entry {
         r
     }
 
+    /// Whether `key` is the tuple of direction `dir & 1` (the reply direction compared
+    /// field by field, equal to `self.reply_key() == *key` without building it).
     #[inline(always)]
     fn matches(&self, dir: u32, key: &FlowKey) -> bool {
+        let k = &self.key;
         if dir & 1 == 0 {
-            self.key == *key
-        } else {
-            self.reply_key() == *key
+            return *k == *key;
         }
+        let (dst, dst_port, src_port) = if self.state & HAS_NAT != 0 {
+            let mapped = 0xFFFF_u128 << 32 | u128::from(u32::from_be_bytes(self.nat_addr));
+            let src_port = if is_icmp(k.proto) {
+                self.nat_port
+            } else {
+                k.dst_port
+            };
+            (mapped, self.nat_port, src_port)
+        } else {
+            (u128::from_be_bytes(k.src), k.src_port, k.dst_port)
+        };
+        (u128::from_ne_bytes(key.src) == u128::from_ne_bytes(k.dst))
+            & (u128::from_be_bytes(key.dst) == dst)
+            & (key.src_port == src_port)
+            & (key.dst_port == dst_port)
+            & (key.network == k.network)
+            & (key.proto == k.proto)
+            & (key.family == k.family)
     }
 }
 
@@ -407,15 +426,17 @@ impl ConnTable {
     pub fn hash(&self, key: &FlowKey) -> KeyHash {
         let h = self.index.hash(key);
         self.index.prefetch(h);
-        KeyHash(h)
+        KeyHash::new(h)
     }
 
     /// Prefetches the entry a lookup of hash `h` most likely finds (reading the index
-    /// bucket, which [`hash`](Self::hash) prefetched).
+    /// bucket, which [`hash`](Self::hash) prefetched), and keeps its reference in `h`
+    /// for [`lookup_hashed`](Self::lookup_hashed) to check first.
     #[inline(always)]
-    pub fn prefetch_entry(&self, h: KeyHash) {
-        if let Some(r) = self.index.first_candidate(h.0) {
+    pub fn prefetch_entry(&self, h: &mut KeyHash) {
+        if let Some(r) = self.index.first_candidate(h.h) {
             if let Some(e) = self.entries.get((r >> 1) as usize) {
+                h.cand = r;
                 // 112 bytes span two or three cache lines: one field in each.
                 prefetch(&e.key);
                 prefetch(&e.bytes);
@@ -425,11 +446,19 @@ impl ConnTable {
     }
 
     /// [`lookup`](Self::lookup) of a key hashed by [`hash`](Self::hash) on this table.
+    /// The entry [`prefetch_entry`](Self::prefetch_entry) found is checked first: when
+    /// it is live and holds `key` in its direction it is the answer (a tuple belongs to
+    /// at most one connection); otherwise the index is probed.
     #[inline]
     pub fn lookup_hashed(&self, key: &FlowKey, h: KeyHash) -> Option<(ConnId, Dir)> {
         let entries = &self.entries;
+        if let Some(e) = entries.get((h.cand >> 1) as usize) {
+            if !e.is_free() && e.matches(h.cand, key) {
+                return Some((ConnId(h.cand >> 1), Dir::from_bit(h.cand)));
+            }
+        }
         self.index
-            .find(h.0, |r| entries[(r >> 1) as usize].matches(r, key))
+            .find(h.h, |r| entries[(r >> 1) as usize].matches(r, key))
             .map(|r| (ConnId(r >> 1), Dir::from_bit(r)))
     }
 
@@ -444,7 +473,7 @@ impl ConnTable {
             for (h, k) in hashes.iter_mut().zip(keys) {
                 *h = self.hash(k);
             }
-            for &h in &hashes[..keys.len()] {
+            for h in &mut hashes[..keys.len()] {
                 self.prefetch_entry(h);
             }
             for ((k, &h), o) in keys.iter().zip(&hashes).zip(out.iter_mut()) {
@@ -820,6 +849,72 @@ mod tests {
         };
         let t = ConnTable::with_seed(&cfg, 1);
         assert_eq!(t.memory_bytes() / t.capacity(), BYTES_PER_CONNECTION);
+    }
+
+    /// `matches` in the reply direction compares field by field: the same answer as
+    /// building the reply tuple, for NATed or not, TCP/UDP/ICMP/other, and keys that
+    /// differ from the reply tuple in any one field.
+    #[test]
+    fn reply_match_equals_reply_key() {
+        let mut seed = 0x1234_5678_9abc_def0_u64;
+        let mut rnd = move || splitmix_test(&mut seed);
+        for _ in 0..20_000 {
+            let r = rnd();
+            let proto = [6u8, 17, 1, 58, 47][(r % 5) as usize];
+            let v6 = r & 0x100 != 0;
+            let key = if v6 {
+                FlowKey {
+                    src: (rnd() as u128 | u128::from(rnd()) << 64).to_be_bytes(),
+                    dst: (rnd() as u128 | u128::from(rnd()) << 64).to_be_bytes(),
+                    src_port: rnd() as u16,
+                    dst_port: rnd() as u16,
+                    network: (rnd() % 3) as u16,
+                    proto,
+                    family: Family::V6,
+                }
+            } else {
+                FlowKey::v4(
+                    (rnd() % 3) as u16,
+                    proto,
+                    Ipv4Addr::from(rnd() as u32),
+                    Ipv4Addr::from(rnd() as u32),
+                    rnd() as u16 % 4,
+                    rnd() as u16 % 4,
+                )
+            };
+            let mut e = Entry { key, ..FREE_ENTRY };
+            e.state = 1 | if r & 0x200 != 0 { HAS_NAT } else { 0 };
+            e.nat_addr = (rnd() as u32 % 4).to_be_bytes();
+            e.nat_port = rnd() as u16 % 4;
+            let reply = e.reply_key();
+            assert!(e.matches(1, &reply));
+            assert!(e.matches(0, &key));
+            // The reply tuple with one field changed (often to another plausible one).
+            for field in 0..8 {
+                let mut k = reply;
+                let x = rnd();
+                match field {
+                    0 => k.src[(x % 16) as usize] ^= 1 << ((x >> 8) % 8),
+                    1 => k.dst[(x % 16) as usize] ^= 1 << ((x >> 8) % 8),
+                    2 => k.src_port = x as u16 % 4,
+                    3 => k.dst_port = x as u16 % 4,
+                    4 => k.network = (x % 3) as u16,
+                    5 => k.proto = [6u8, 17, 1, 58][(x % 4) as usize],
+                    6 => k.family = if x & 1 == 0 { Family::V4 } else { Family::V6 },
+                    _ => k = key,
+                }
+                assert_eq!(e.matches(1, &k), reply == k, "{e:?} {k:?}");
+                assert_eq!(e.matches(0, &k), key == k);
+            }
+        }
+    }
+
+    fn splitmix_test(state: &mut u64) -> u64 {
+        *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = *state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
     }
 
     #[test]

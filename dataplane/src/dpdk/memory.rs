@@ -41,6 +41,23 @@ impl MemoryAdvice for HugePages {
     }
 }
 
+/// Bit `i` set when `v[i] == x`, for the eight 16-bit values at once (one SSE2 compare:
+/// the connection table's bucket probe).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub fn eq_mask_u16x8(v: &[u16; 8], x: u16) -> u32 {
+    use std::arch::x86_64::{
+        _mm_cmpeq_epi16, _mm_loadu_si128, _mm_movemask_epi8, _mm_packs_epi16, _mm_set1_epi16,
+    };
+    // SAFETY: SSE2 is part of the x86-64 baseline, so the instructions exist; the
+    // unaligned load reads exactly the 16 bytes of `v`, a valid reference.
+    unsafe {
+        let eq = _mm_cmpeq_epi16(_mm_loadu_si128(v.as_ptr().cast()), _mm_set1_epi16(x as i16));
+        // 0xFFFF/0 per value, packed to 0xFF/0 bytes: one mask bit per value.
+        _mm_movemask_epi8(_mm_packs_epi16(eq, eq)) as u32 & 0xFF
+    }
+}
+
 /// Hints that the cache line holding `r` will be read soon (all cache levels). Never
 /// faults and changes nothing observable.
 #[inline(always)]

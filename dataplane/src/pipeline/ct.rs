@@ -215,7 +215,7 @@ pub fn lookup_burst<F: Frames + ?Sized, T: Tracer>(
     for (h, &i) in hash.iter_mut().zip(ok.iter()) {
         *h = ct.table.hash(&parsed[usize::from(i)].key);
     }
-    for &h in hash.iter() {
+    for h in hash.iter_mut() {
         ct.table.prefetch_entry(h);
     }
     let mut kept = 0usize;
