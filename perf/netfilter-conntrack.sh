@@ -19,6 +19,13 @@ ROUNDS=${2:-3}
 BIG=${3:-200000}
 NEW=${NEW:-200000}
 CPU=${CPU:-1}
+for tool in nft gcc ip; do
+    command -v "$tool" >/dev/null || {
+        echo "netfilter-conntrack: '$tool' is missing (Debian: apt-get install nftables gcc iproute2)" >&2
+        exit 1
+    }
+done
+[ "$(id -u)" = 0 ] || { echo "netfilter-conntrack: needs root (network namespaces, nft)" >&2; exit 1; }
 here=$(cd "$(dirname "$0")" && pwd)
 gen=$(mktemp -d)/udpgen
 gcc -O2 -Wall -o "$gen" "$here/netfilter/udpgen.c"
