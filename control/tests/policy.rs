@@ -10,6 +10,8 @@ use ferrule_control::policy::cache::{load_path, parse_text, Cache, Key, Kind, Ob
 use ferrule_control::policy::verdict::{Endpoint, Verdicts};
 use ferrule_control::policy::{Change, Engine, Local};
 use ferrule_dataplane::snapshot::PortRole;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use serde_json::Value;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -320,18 +322,6 @@ fn ipv6_blocks_postponed_and_host_network_pods() {
         .is_err());
 }
 
-/// A small deterministic generator of changes: labels, pods, namespaces, policies.
-struct Lcg(u64);
-impl Lcg {
-    fn next(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n
-    }
-}
-
 #[test]
 fn incremental_renders_equal_full_renders_after_every_change() {
     let state = scenario_state("deny_all_with_exceptions_both_directions");
@@ -344,32 +334,32 @@ fn incremental_renders_equal_full_renders_after_every_change() {
     let cache = Cache::from_objects(objects);
     for local in [Local::All, Local::Node("node-1".into())] {
         let mut e = Engine::new(cache.clone(), local.clone()).unwrap();
-        let mut rng = Lcg(7);
+        let mut rng = StdRng::seed_from_u64(7);
         for step in 0..120 {
             let c = &e.cache;
-            let change = match rng.next(5) {
+            let change = match rng.gen_range(0..5) {
                 0 | 1 => {
                     // Relabel a pod.
                     let keys: Vec<&Key> = c.pods.keys().collect();
-                    let k = keys[rng.next(keys.len() as u64) as usize].clone();
+                    let k = keys[rng.gen_range(0..keys.len())].clone();
                     let mut p = c.pods[&k].clone();
-                    let v = ["a", "b", "c"][rng.next(3) as usize];
+                    let v = ["a", "b", "c"][rng.gen_range(0..3)];
                     p.labels.insert("pod".into(), v.into());
                     Change::Upsert(Object::Pod(p))
                 }
                 2 => {
                     let names: Vec<&String> = c.namespaces.keys().collect();
-                    let n = names[rng.next(names.len() as u64) as usize].clone();
+                    let n = names[rng.gen_range(0..names.len())].clone();
                     let mut ns = c.namespaces[&n].clone();
-                    let v = ["x", "y", "z"][rng.next(3) as usize];
+                    let v = ["x", "y", "z"][rng.gen_range(0..3)];
                     ns.labels.insert("ns".into(), v.into());
                     Change::Upsert(Object::Namespace(ns))
                 }
                 3 => {
                     // Remove a pod or bring one back with a new address.
                     let keys: Vec<&Key> = cache.pods.keys().collect();
-                    let k = keys[rng.next(keys.len() as u64) as usize].clone();
-                    if c.pods.contains_key(&k) && rng.next(2) == 0 {
+                    let k = keys[rng.gen_range(0..keys.len())].clone();
+                    if c.pods.contains_key(&k) && rng.gen_range(0..2) == 0 {
                         Change::Delete(Kind::Pod, k)
                     } else {
                         let mut p = cache.pods[&k].clone();
@@ -382,7 +372,7 @@ fn incremental_renders_equal_full_renders_after_every_change() {
                 }
                 _ => {
                     let keys: Vec<&Key> = cache.policies.keys().collect();
-                    let k = keys[rng.next(keys.len() as u64) as usize].clone();
+                    let k = keys[rng.gen_range(0..keys.len())].clone();
                     if c.policies.contains_key(&k) {
                         Change::Delete(Kind::NetworkPolicy, k)
                     } else {

@@ -11,6 +11,8 @@ use ferrule_control::policy::configurator::configure;
 use ferrule_control::policy::processor::Processor;
 use ferrule_control::policy::renderer::{render, LocalPod, Rendered};
 use ferrule_control::policy::{Change, Engine, Local};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use std::net::IpAddr;
 
 /// The tables of `local` rendered from scratch, without the engine's caches.
@@ -293,18 +295,6 @@ fn scripted_changes_keep_the_caches_exact() {
     }
 }
 
-/// A small deterministic generator.
-struct Lcg(u64);
-impl Lcg {
-    fn next(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n
-    }
-}
-
 #[test]
 fn random_changes_keep_the_caches_exact() {
     let start = cluster();
@@ -314,32 +304,34 @@ fn random_changes_keep_the_caches_exact() {
         (Local::All, 5),
     ] {
         let mut e = Engine::new(start.clone(), local.clone()).unwrap();
-        let mut rng = Lcg(seed);
+        let mut rng = StdRng::seed_from_u64(seed);
         for i in 0..200 {
             let keys: Vec<Key> = start.pods.keys().cloned().collect();
-            let k = keys[rng.next(keys.len() as u64) as usize].clone();
+            let k = keys[rng.gen_range(0..keys.len())].clone();
             let mut p = e
                 .cache
                 .pods
                 .get(&k)
                 .cloned()
                 .unwrap_or_else(|| start.pods[&k].clone());
-            let change = match rng.next(8) {
+            let change = match rng.gen_range(0..8) {
                 0 => {
-                    let app = ["web", "client", "dns", "other"][rng.next(4) as usize];
+                    let app = ["web", "client", "dns", "other"][rng.gen_range(0..4)];
                     p.labels.insert("app".into(), app.into());
                     upsert_pod(p)
                 }
                 1 => {
-                    set_http(&mut p, [80, 8080, 8081][rng.next(3) as usize]);
+                    set_http(&mut p, [80, 8080, 8081][rng.gen_range(0..3)]);
                     upsert_pod(p)
                 }
                 2 => {
-                    p.node = Some(["n1", "n2", "n3"][rng.next(3) as usize].into());
+                    p.node = Some(["n1", "n2", "n3"][rng.gen_range(0..3)].into());
                     upsert_pod(p)
                 }
                 3 => {
-                    p.ips = vec![format!("10.3.0.{}", rng.next(40) + 1).parse().unwrap()];
+                    p.ips = vec![format!("10.3.0.{}", rng.gen_range(0..40) + 1)
+                        .parse()
+                        .unwrap()];
                     upsert_pod(p)
                 }
                 4 => {
@@ -350,16 +342,16 @@ fn random_changes_keep_the_caches_exact() {
                     }
                 }
                 5 => {
-                    let ns = ["a", "b"][rng.next(2) as usize];
+                    let ns = ["a", "b"][rng.gen_range(0..2)];
                     let mut n = e.cache.namespaces[ns].clone();
                     n.labels
-                        .insert("team".into(), ["red", "blue"][rng.next(2) as usize].into());
+                        .insert("team".into(), ["red", "blue"][rng.gen_range(0..2)].into());
                     Change::Upsert(Object::Namespace(n))
                 }
                 _ => {
                     let pk: Vec<Key> = start.policies.keys().cloned().collect();
-                    let pk = pk[rng.next(pk.len() as u64) as usize].clone();
-                    match (e.cache.policies.get(&pk), rng.next(3)) {
+                    let pk = pk[rng.gen_range(0..pk.len())].clone();
+                    match (e.cache.policies.get(&pk), rng.gen_range(0..3)) {
                         (Some(_), 0) => Change::Delete(Kind::NetworkPolicy, pk),
                         (Some(p), _) => {
                             let mut p = p.clone();
