@@ -165,6 +165,35 @@ impl std::fmt::Display for Cpu {
     }
 }
 
+/// The wall-clock and CPU times of one incremental case's changes.
+#[derive(Default)]
+struct Timings {
+    wall: Vec<Duration>,
+    cpu: Cpu,
+}
+
+impl Timings {
+    /// Applies `change` to `engine`, timed; returns the diff as text.
+    fn apply(&mut self, engine: &mut Engine, change: Change) -> anyhow::Result<String> {
+        let cpu0 = cpu_ns();
+        let t = Instant::now();
+        let diff = engine
+            .apply(vec![change])
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        self.wall.push(t.elapsed());
+        self.cpu.add(cpu0, cpu_ns());
+        Ok(diff.to_string())
+    }
+}
+
+impl std::fmt::Display for Timings {
+    /// `median X ms (max Y)` and the CPU mean.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (m, max) = median(self.wall.clone());
+        write!(f, "median {m:.2} ms (max {max:.2}){}", self.cpu)
+    }
+}
+
 fn main() -> anyhow::Result<()> {
     let a = Args::parse();
     let text = generate(&a);
@@ -242,8 +271,7 @@ fn main() -> anyhow::Result<()> {
         .find(|p| p.node.as_deref() == Some("node-00"))
         .cloned()
         .ok_or_else(|| anyhow::anyhow!("no pod on node-00"))?;
-    let mut added = Vec::new();
-    let mut cpu = Cpu::default();
+    let mut added = Timings::default();
     let mut last_diff = String::new();
     for i in 0..a.rounds {
         let mut p = template.clone();
@@ -251,20 +279,12 @@ fn main() -> anyhow::Result<()> {
         p.port = format!("new-{i}");
         p.ips = vec![format!("10.250.{}.{}", i / 200, i % 200 + 1).parse()?];
         let key = p.key.clone();
-        let cpu0 = cpu_ns();
-        let t = Instant::now();
-        let d = engine
-            .apply(vec![Change::Upsert(Object::Pod(p))])
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        added.push(t.elapsed());
-        cpu.add(cpu0, cpu_ns());
-        last_diff = d.to_string();
+        last_diff = added.apply(&mut engine, Change::Upsert(Object::Pod(p)))?;
         engine
             .apply(vec![Change::Delete(Kind::Pod, key)])
             .map_err(|e| anyhow::anyhow!("{e}"))?;
     }
-    let (add_ms, add_max) = median(added);
-    println!("pod add on node-00 + re-render + diff: median {add_ms:.2} ms (max {add_max:.2}){cpu}; {last_diff}");
+    println!("pod add on node-00 + re-render + diff: {added}; {last_diff}");
 
     // Incremental: label changes (app label flips) of a local and of a remote pod.
     for (what, pod) in [
@@ -280,26 +300,18 @@ fn main() -> anyhow::Result<()> {
         ),
     ] {
         let original = engine.cache.pods[&pod].clone();
-        let mut times = Vec::new();
-        let mut cpu = Cpu::default();
+        let mut times = Timings::default();
         for i in 0..a.rounds {
             let mut p = original.clone();
             if i % 2 == 0 {
                 p.labels.insert("app".into(), "app-7".into());
             }
-            let cpu0 = cpu_ns();
-            let t = Instant::now();
-            let d = engine
-                .apply(vec![Change::Upsert(Object::Pod(p))])
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
-            times.push(t.elapsed());
-            cpu.add(cpu0, cpu_ns());
+            let diff = times.apply(&mut engine, Change::Upsert(Object::Pod(p)))?;
             if i == 0 {
-                last_diff = d.to_string();
+                last_diff = diff;
             }
         }
-        let (m, max) = median(times);
-        println!("label change of a {what} pod + re-render + diff: median {m:.2} ms (max {max:.2}){cpu}; first: {last_diff}");
+        println!("label change of a {what} pod + re-render + diff: {times}; first: {last_diff}");
     }
 
     // Incremental: a policy edit (the port range of the per-app ingress policy of the
@@ -319,8 +331,7 @@ fn main() -> anyhow::Result<()> {
         })
         .cloned();
     if let Some(original) = policy {
-        let mut times = Vec::new();
-        let mut cpu = Cpu::default();
+        let mut times = Timings::default();
         for i in 0..a.rounds {
             let mut p = original.clone();
             if i % 2 == 0 {
@@ -332,19 +343,12 @@ fn main() -> anyhow::Result<()> {
                     }
                 }
             }
-            let cpu0 = cpu_ns();
-            let t = Instant::now();
-            let d = engine
-                .apply(vec![Change::Upsert(Object::Policy(p))])
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
-            times.push(t.elapsed());
-            cpu.add(cpu0, cpu_ns());
+            let diff = times.apply(&mut engine, Change::Upsert(Object::Policy(p)))?;
             if i == 0 {
-                last_diff = d.to_string();
+                last_diff = diff;
             }
         }
-        let (m, max) = median(times);
-        println!("edit of a policy applying to node-00 pods + re-render + diff: median {m:.2} ms (max {max:.2}){cpu}; first: {last_diff}");
+        println!("edit of a policy applying to node-00 pods + re-render + diff: {times}; first: {last_diff}");
     }
     Ok(())
 }
