@@ -29,7 +29,7 @@ impl Compiled {
             .iter()
             .filter(|rule| rule.src.is_v4() != Some(false) && rule.dst.is_v4() != Some(false))
             .count();
-        let rfc = if ipv4_rules > RFC_MIN_RULES && rules.len() < NO_MATCH as usize {
+        let rfc = if ipv4_rules > RFC_MIN_RULES {
             Rfc::new(rules)
         } else {
             None

@@ -432,47 +432,6 @@ impl Rfc {
         })
     }
 
-    /// The index of the first rule matching the IPv4 fields, or [`NO_MATCH`].
-    pub fn lookup(&self, src: u32, dst: u32, sport: u16, dport: u16, proto: u8) -> u32 {
-        match self.order {
-            [0, 1, 2] => self.lookup_in::<0, 1, 2>(src, dst, sport, dport, proto),
-            [0, 2, 1] => self.lookup_in::<0, 2, 1>(src, dst, sport, dport, proto),
-            _ => self.lookup_in::<1, 2, 0>(src, dst, sport, dport, proto),
-        }
-    }
-
-    /// [`Self::lookup`] with the phase-2 pairing `[A, B]` and `C` for phase 3 (indices
-    /// into source, destination, ports) fixed at compile time.
-    #[inline(always)]
-    fn lookup_in<const A: usize, const B: usize, const C: usize>(
-        &self,
-        src: u32,
-        dst: u32,
-        sport: u16,
-        dport: u16,
-        proto: u8,
-    ) -> u32 {
-        let src_class = self.src.at(
-            self.src_hi[(src >> 16) as usize],
-            self.src_lo[(src & 0xFFFF) as usize],
-        );
-        let dst_class = self.dst.at(
-            self.dst_hi[(dst >> 16) as usize],
-            self.dst_lo[(dst & 0xFFFF) as usize],
-        );
-        let pair = self.port_pair.at(
-            self.sport[usize::from(sport)],
-            self.dport[usize::from(dport)],
-        );
-        let port_class = self.ports.at(pair, self.proto[usize::from(proto)]);
-        let phase1 = [src_class, dst_class, port_class];
-        let mid = self.mid.at(phase1[A], phase1[B]);
-        match self.last.at(mid, phase1[C]) {
-            NO_RULE => NO_MATCH,
-            rule => u32::from(rule),
-        }
-    }
-
     /// Classifies IPv4 `keys` into `out` (`out[i]` for `keys[i]`).
     #[inline]
     pub fn classify_burst(&self, keys: &[FlowKey], out: &mut [u32]) {
