@@ -95,12 +95,15 @@ fn rewrite_tcp_udp(
     } else {
         (16, 2)
     };
-    let old_addr = Ipv4Addr::new(ip[a], ip[a + 1], ip[a + 2], ip[a + 3]);
+    let old_addr = u32::from_be_bytes([ip[a], ip[a + 1], ip[a + 2], ip[a + 3]]);
+    // One address delta for both checksums (the transport one covers the address
+    // through the pseudo-header), plus the port's for the transport checksum.
+    let delta = checksum::delta32(old_addr, u32::from(addr));
     if tcp {
         let th: &mut [u8; 18] = rest.get_mut(..18)?.try_into().ok()?;
         let old_port = u16::from_be_bytes([th[p], th[p + 1]]);
         let csum = u16::from_be_bytes([th[16], th[17]]);
-        let csum = checksum::update_addr_port_v4(csum, old_addr, addr, old_port, port);
+        let csum = checksum::apply(csum, delta + u32::from(!old_port) + u32::from(port));
         th[16..18].copy_from_slice(&csum.to_be_bytes());
         th[p..p + 2].copy_from_slice(&port.to_be_bytes());
     } else {
@@ -108,13 +111,13 @@ fn rewrite_tcp_udp(
         let old_port = u16::from_be_bytes([uh[p], uh[p + 1]]);
         let csum = u16::from_be_bytes([uh[6], uh[7]]);
         if csum != 0 {
-            let c = checksum::update_addr_port_v4(csum, old_addr, addr, old_port, port);
+            let c = checksum::apply(csum, delta + u32::from(!old_port) + u32::from(port));
             let c = if c == 0 { 0xFFFF } else { c };
             uh[6..8].copy_from_slice(&c.to_be_bytes());
         }
         uh[p..p + 2].copy_from_slice(&port.to_be_bytes());
     }
-    let csum = checksum::update_addr_v4(u16::from_be_bytes([ip[10], ip[11]]), old_addr, addr);
+    let csum = checksum::apply(u16::from_be_bytes([ip[10], ip[11]]), delta);
     ip[10..12].copy_from_slice(&csum.to_be_bytes());
     ip[a..a + 4].copy_from_slice(&addr.octets());
     Some(true)

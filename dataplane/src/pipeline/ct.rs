@@ -438,6 +438,7 @@ fn masquerades(
 /// worker's allocator, advanced as the commits will advance it), so that the burst's
 /// allocation probes do not each wait for memory. Changes nothing but the caches.
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 pub fn prefetch_snat(
     snap: &Snapshot,
     ct: &Conntrack,
@@ -448,7 +449,24 @@ pub fn prefetch_snat(
     frame: &[u8],
     ahead: &mut PortAllocator,
 ) {
-    if mark != CtMark::None || !masquerades(snap, input, output, parsed, frame) {
+    // Packets of tracked connections (nearly all) have nothing to prefetch.
+    if mark == CtMark::None {
+        prefetch_snat_untracked(snap, ct, input, output, parsed, frame, ahead);
+    }
+}
+
+/// [`prefetch_snat`] of an untracked packet.
+#[inline(never)]
+fn prefetch_snat_untracked(
+    snap: &Snapshot,
+    ct: &Conntrack,
+    input: &PortState,
+    output: &PortState,
+    parsed: &Parsed,
+    frame: &[u8],
+    ahead: &mut PortAllocator,
+) {
+    if !masquerades(snap, input, output, parsed, frame) {
         return;
     }
     let (Some(addr), Some(port)) = (

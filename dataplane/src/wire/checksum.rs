@@ -33,6 +33,7 @@ pub fn sum(data: &[u8]) -> u32 {
 }
 
 /// Folds an accumulator into 16 bits with end-around carries (not complemented).
+#[inline(always)]
 pub const fn fold(acc: u32) -> u16 {
     // Two rounds always suffice for 32 bits (the first leaves at most 0x1FFFE, the
     // second at most 0xFFFF), and a round changes nothing once the value fits.
@@ -108,9 +109,25 @@ pub const fn update32(csum: u16, old: u32, new: u32) -> u16 {
     !fold(acc)
 }
 
+/// What rewriting 32-bit field `old` to `new` adds to the complemented sum of every
+/// checksum covering it (at most `0x3FFFC`): for NAT, the IPv4 header checksum and the
+/// TCP/UDP checksum share it. [`apply`] turns it into the new checksum; with a port's
+/// `!old as u32 + new as u32` added it is [`update_addr_port_v4`]'s update.
+#[inline(always)]
+pub const fn delta32(old: u32, new: u32) -> u32 {
+    (!(old >> 16) & 0xFFFF) + (!old & 0xFFFF) + (new >> 16) + (new & 0xFFFF)
+}
+
+/// The checksum `csum` after the changes summed in `delta` (from [`delta32`], plus
+/// 16-bit `!old + new` terms; at most `0xFFFF_0000 - 0xFFFF` in all).
+#[inline(always)]
+pub const fn apply(csum: u16, delta: u32) -> u16 {
+    !fold((!csum) as u32 + delta)
+}
+
 /// [`update16`] for an IPv4 address rewrite (NAT): use it on the IPv4 header checksum and
 /// on TCP/UDP checksums, which cover the address through the pseudo-header.
-#[inline]
+#[inline(always)]
 pub fn update_addr_v4(csum: u16, old: Ipv4Addr, new: Ipv4Addr) -> u16 {
     update32(csum, u32::from(old), u32::from(new))
 }
@@ -118,7 +135,7 @@ pub fn update_addr_v4(csum: u16, old: Ipv4Addr, new: Ipv4Addr) -> u16 {
 /// [`update_addr_v4`] then [`update16`] (an address and a port of a TCP or UDP
 /// header: NAT), in one fold. The same result: both are the value in `1..=0xFFFF`
 /// (or 0 only when everything summed is 0) congruent to the same sum modulo 0xFFFF.
-#[inline]
+#[inline(always)]
 pub fn update_addr_port_v4(
     csum: u16,
     old: Ipv4Addr,
@@ -126,15 +143,8 @@ pub fn update_addr_port_v4(
     old_port: u16,
     new_port: u16,
 ) -> u16 {
-    let (old, new) = (u32::from(old), u32::from(new));
-    let acc = (!csum) as u32
-        + (!(old >> 16) & 0xFFFF)
-        + (!old & 0xFFFF)
-        + (new >> 16)
-        + (new & 0xFFFF)
-        + (!old_port) as u32
-        + new_port as u32;
-    !fold(acc)
+    let ports = u32::from(!old_port) + u32::from(new_port);
+    apply(csum, delta32(u32::from(old), u32::from(new)) + ports)
 }
 
 /// [`update16`] for an IPv6 address rewrite (eight words at once).
