@@ -104,6 +104,19 @@ impl Entry {
         self.code() == S_FREE
     }
 
+    /// [`ConnTable::track`] of a pure ACK on an ESTABLISHED connection: window
+    /// tracking, the replied flag, the counters (not the deadline).
+    #[inline(always)]
+    fn established_ack(&mut self, dir: Dir, l4: &L4Info, len: u32) {
+        tcp::established_ack(dir, l4, &mut self.window, &mut self.scales);
+        if dir == Dir::Reply {
+            self.state |= REPLIED;
+        }
+        let d = dir as usize;
+        self.packets[d] = self.packets[d].wrapping_add(1);
+        self.bytes[d] = self.bytes[d].wrapping_add(u64::from(len));
+    }
+
     /// The reply-direction tuple: reversed, with the NAT address (and port, or echo id
     /// in both port fields for ICMP) as destination when source-NATed.
     #[inline(always)]
@@ -630,13 +643,12 @@ impl ConnTable {
         let old = e.code();
         let d = dir as usize;
         if old == TcpState::Established as u8 && tcp::pure_ack(l4.tcp_flags) {
-            // The common case, taken straight: valid, still ESTABLISHED, refreshed.
-            tcp::established_ack(dir, l4, &mut e.window, &mut e.scales);
-            if dir == Dir::Reply {
-                e.state |= REPLIED;
+            // The common case, taken straight: valid, still ESTABLISHED, refreshed. One
+            // copy per direction, so that the window's fields are at fixed offsets.
+            match dir {
+                Dir::Original => e.established_ack(Dir::Original, l4, len),
+                Dir::Reply => e.established_ack(Dir::Reply, l4, len),
             }
-            e.packets[d] = e.packets[d].wrapping_add(1);
-            e.bytes[d] = e.bytes[d].wrapping_add(u64::from(len));
             let class = CLASS[usize::from(old)];
             self.retime(id.0, class, class, now);
             return TrackVerdict::Accept;
