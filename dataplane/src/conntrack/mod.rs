@@ -13,7 +13,9 @@ mod table;
 mod tcp;
 
 pub use index::KeyHash;
-pub use table::{ConnTable, ConnView, CtStats, BYTES_PER_CONNECTION, MAX_ENTRIES};
+pub use table::{
+    ConnTable, ConnView, CtStats, BUCKET_AHEAD, BYTES_PER_CONNECTION, ENTRY_AHEAD, MAX_ENTRIES,
+};
 pub use tcp::{tcp_wscale, TcpState, TcpWindow};
 
 use crate::wire::TcpPacket;

@@ -334,6 +334,16 @@ fn deadline(now: Millis, timeout: u32) -> u32 {
     s.saturating_add(timeout)
 }
 
+/// How many keys ahead of the one being looked up a burst lookup prefetches the index
+/// bucket, and (with [`ENTRY_AHEAD`]) the entry that bucket points to
+/// ([`ConnTable::prefetch_ahead`]). The distances that hid the most of the
+/// misses at a million connections: all of a burst's prefetches at once overflow the
+/// core's outstanding-miss slots and the later ones wait; one at a time leaves each
+/// miss exposed.
+pub const BUCKET_AHEAD: usize = 8;
+/// See [`BUCKET_AHEAD`].
+pub const ENTRY_AHEAD: usize = 4;
+
 impl ConnTable {
     /// A table with room for `cfg.max_entries` connections, hash seeded at random.
     pub fn new(cfg: &CtConfig) -> ConnTable {
@@ -437,9 +447,47 @@ impl ConnTable {
     /// misses of the burst overlap instead of following one another.
     #[inline(always)]
     pub fn hash(&self, key: &FlowKey) -> KeyHash {
-        let h = self.index.hash(key);
-        self.index.prefetch(h);
-        KeyHash::new(h)
+        let h = self.key_hash(key);
+        self.prefetch_bucket(&h);
+        h
+    }
+
+    /// [`hash`](Self::hash) without the prefetch (for a lookup that prefetches a few
+    /// keys ahead: [`prefetch_bucket`](Self::prefetch_bucket)).
+    #[inline(always)]
+    pub fn key_hash(&self, key: &FlowKey) -> KeyHash {
+        KeyHash::new(self.index.hash(key))
+    }
+
+    /// Prefetches the index bucket a lookup of hash `h` starts at.
+    #[inline(always)]
+    pub fn prefetch_bucket(&self, h: &KeyHash) {
+        self.index.prefetch(h.h);
+    }
+
+    /// The prefetches before the lookup of key `i` of a burst whose
+    /// [`key_hash`](Self::key_hash)es are `hashes`: the index bucket of key
+    /// `i + BUCKET_AHEAD` and the entry of key `i + ENTRY_AHEAD` (from its bucket,
+    /// prefetched earlier), and before key 0 those of the first keys. Call it for
+    /// `i = 0, 1, …` in turn, each just before looking key `i` up with `hashes[i]`
+    /// (which then carries its candidate entry). The table may change between calls:
+    /// candidates are hints, checked before use.
+    #[inline(always)]
+    pub fn prefetch_ahead(&self, hashes: &mut [KeyHash], i: usize) {
+        if i == 0 {
+            for h in hashes.iter().take(BUCKET_AHEAD) {
+                self.prefetch_bucket(h);
+            }
+            for h in hashes.iter_mut().take(ENTRY_AHEAD) {
+                self.prefetch_entry(h);
+            }
+        }
+        if let Some(h) = hashes.get(i + BUCKET_AHEAD) {
+            self.prefetch_bucket(h);
+        }
+        if let Some(h) = hashes.get_mut(i + ENTRY_AHEAD) {
+            self.prefetch_entry(h);
+        }
     }
 
     /// Prefetches the entry a lookup of hash `h` most likely finds (reading the index
@@ -476,21 +524,19 @@ impl ConnTable {
     }
 
     /// [`lookup`](Self::lookup) for a burst: `out[i]` is the result for `keys[i]`
-    /// (`out` must be at least as long as `keys`). Hashes every key and prefetches its
-    /// bucket, then the candidate entries, before probing, so the cache misses of a
-    /// burst overlap instead of following one another.
+    /// (`out` must be at least as long as `keys`). Software-pipelined with
+    /// [`prefetch_ahead`](Self::prefetch_ahead): a few misses are in flight at any time.
     pub fn lookup_burst(&self, keys: &[FlowKey], out: &mut [Option<(ConnId, Dir)>]) {
-        const CHUNK: usize = 16;
+        const CHUNK: usize = 32;
         let mut hashes = [KeyHash::default(); CHUNK];
         for (keys, out) in keys.chunks(CHUNK).zip(out.chunks_mut(CHUNK)) {
+            let hashes = &mut hashes[..keys.len()];
             for (h, k) in hashes.iter_mut().zip(keys) {
-                *h = self.hash(k);
+                *h = self.key_hash(k);
             }
-            for h in &mut hashes[..keys.len()] {
-                self.prefetch_entry(h);
-            }
-            for ((k, &h), o) in keys.iter().zip(&hashes).zip(out.iter_mut()) {
-                *o = self.lookup_hashed(k, h);
+            for i in 0..keys.len() {
+                self.prefetch_ahead(hashes, i);
+                out[i] = self.lookup_hashed(&keys[i], hashes[i]);
             }
         }
     }

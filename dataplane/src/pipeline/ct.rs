@@ -191,9 +191,10 @@ pub fn lookup<T: Tracer>(
 }
 
 /// The lookup stage for a burst: the packets `ok` lists (indices into `parsed`,
-/// `marks`, `frames` and `actions`) are hashed first, each index bucket prefetched,
-/// then the entries those buckets point to are prefetched, so that the burst's table
-/// misses overlap; then each packet, in order, goes through [`lookup_hashed`]. The
+/// `marks`, `frames` and `actions`) are hashed first; then each packet, in order, goes
+/// through [`lookup_hashed`], with the index buckets and entries of the packets a few
+/// places on prefetched just before ([`ConnTable::prefetch_ahead`]), so that the
+/// burst's table misses overlap with the work on the packets before them. The
 /// packets that go on stay in `ok`, compacted, with their mark in `marks`; the others
 /// get their action. Returns how many go on. `hash` is scratch, at least as long as
 /// `ok`.
@@ -213,13 +214,11 @@ pub fn lookup_burst<F: Frames + ?Sized, T: Tracer>(
     let n = ok.len();
     let hash = &mut hash[..n];
     for (h, &i) in hash.iter_mut().zip(ok.iter()) {
-        *h = ct.table.hash(&parsed[usize::from(i)].key);
-    }
-    for h in hash.iter_mut() {
-        ct.table.prefetch_entry(h);
+        *h = ct.table.key_hash(&parsed[usize::from(i)].key);
     }
     let mut kept = 0usize;
     for k in 0..n {
+        ct.table.prefetch_ahead(hash, k);
         let i = usize::from(ok[k]);
         match lookup_hashed(snap, ct, &mut parsed[i], hash[k], frames.frame_mut(i), t) {
             Ok(mark) => {
