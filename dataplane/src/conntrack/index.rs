@@ -14,12 +14,16 @@ use crate::flow::FlowKey;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KeyHash {
     pub(super) h: u64,
-    /// The first reference whose tag matched in the home bucket, or `NO_CANDIDATE`.
+    /// The first reference whose tag matched in the home bucket (or, after
+    /// [`Index::next_candidate`], in the next one), `NO_CANDIDATE`, or `IN_NEXT`.
     pub(super) cand: u32,
 }
 
 /// No candidate reference (not read yet, or no tag matched).
 pub(super) const NO_CANDIDATE: u32 = u32::MAX;
+/// No tag matched in the home bucket, but keys overflowed past it: the key may be in
+/// the next bucket (prefetched). Like `NO_CANDIDATE`, never a valid reference.
+pub(super) const IN_NEXT: u32 = u32::MAX - 1;
 
 impl KeyHash {
     #[inline(always)]
@@ -147,11 +151,30 @@ impl Index {
         prefetch(&self.buckets[self.home(h)]);
     }
 
-    /// The first reference in the home bucket of `h` whose tag matches, if any (to
-    /// prefetch the entry before the real probe).
+    /// The first reference in the home bucket of `h` whose tag matches (to prefetch
+    /// the entry before the real probe); when none does but keys overflowed past the
+    /// home bucket, prefetches the next bucket and says `IN_NEXT`; else
+    /// `NO_CANDIDATE`.
     #[inline(always)]
-    pub(super) fn first_candidate(&self, h: u64) -> Option<u32> {
-        let b = &self.buckets[self.home(h)];
+    pub(super) fn first_candidate(&self, h: u64) -> u32 {
+        let home = self.home(h);
+        let b = &self.buckets[home];
+        let m = Self::tag_mask(b, Self::tag(h));
+        if m != 0 {
+            b.refs[m.trailing_zeros() as usize]
+        } else if b.overflow != 0 {
+            prefetch(&self.buckets[self.next(home)]);
+            IN_NEXT
+        } else {
+            NO_CANDIDATE
+        }
+    }
+
+    /// The first reference in the bucket after the home bucket of `h` whose tag
+    /// matches (after [`first_candidate`](Self::first_candidate) said `IN_NEXT`).
+    #[inline]
+    pub(super) fn next_candidate(&self, h: u64) -> Option<u32> {
+        let b = &self.buckets[self.next(self.home(h))];
         let m = Self::tag_mask(b, Self::tag(h));
         (m != 0).then(|| b.refs[m.trailing_zeros() as usize])
     }
@@ -289,6 +312,37 @@ mod tests {
             .buckets
             .iter()
             .all(|b| b.overflow == 0 && b.tags == [EMPTY; SLOTS]));
+    }
+
+    #[test]
+    fn candidates_point_into_the_home_or_the_next_bucket() {
+        // Two buckets, 20 slots, 20 keys: unless they split evenly, some keys live past
+        // their home bucket.
+        let mut in_next = 0;
+        for seed in 0..8 {
+            let mut ix = Index::new(8, seed, &super::super::NoAdvice);
+            let keys: Vec<FlowKey> = (0..20u16)
+                .map(|p| FlowKey::v4(0, 6, Ipv4Addr::new(10, 0, 0, 2), Ipv4Addr::LOCALHOST, p, 9))
+                .collect();
+            let hs: Vec<u64> = keys.iter().map(|k| ix.hash(k)).collect();
+            for (i, &h) in hs.iter().enumerate() {
+                assert!(ix.insert(h, i as u32));
+            }
+            for (i, &h) in hs.iter().enumerate() {
+                let home = &ix.buckets[ix.home(h)];
+                let tag_at_home = home.tags.contains(&Index::tag(h));
+                match ix.first_candidate(h) {
+                    IN_NEXT => {
+                        assert!(!tag_at_home && home.overflow != 0);
+                        assert_eq!(ix.next_candidate(h), Some(i as u32));
+                        in_next += 1;
+                    }
+                    NO_CANDIDATE => panic!("key {i} is stored"),
+                    r => assert!(tag_at_home && ix.find(h, |x| x == r).is_some()),
+                }
+            }
+        }
+        assert!(in_next > 0, "some keys overflowed");
     }
 
     #[test]

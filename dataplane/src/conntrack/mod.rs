@@ -15,6 +15,7 @@ mod tcp;
 pub use index::KeyHash;
 pub use table::{
     ConnTable, ConnView, CtStats, BUCKET_AHEAD, BYTES_PER_CONNECTION, ENTRY_AHEAD, MAX_ENTRIES,
+    OVERFLOW_AHEAD,
 };
 pub use tcp::{tcp_wscale, TcpState, TcpWindow};
 

@@ -2,7 +2,7 @@
 //! free list, the hash index over both tuples of every entry, per-timeout-class aging
 //! lists (intrusive, doubly linked, in expiry order), zone and table limits, counters.
 
-use super::index::{Index, KeyHash, CONNS_PER_BUCKET};
+use super::index::{Index, KeyHash, CONNS_PER_BUCKET, IN_NEXT, NO_CANDIDATE};
 use super::tcp::{self, Step, TcpState, TcpWindow, Window, NO_SCALES};
 use super::{
     is_icmp, preallocated, prefetch, ConnId, ConnState, CtConfig, Dir, InsertError, L4Info,
@@ -343,6 +343,9 @@ fn deadline(now: Millis, timeout: u32) -> u32 {
 pub const BUCKET_AHEAD: usize = 8;
 /// See [`BUCKET_AHEAD`].
 pub const ENTRY_AHEAD: usize = 4;
+/// How many keys ahead the entry of a key stored past its home bucket is prefetched
+/// (its next bucket was prefetched at [`ENTRY_AHEAD`]).
+pub const OVERFLOW_AHEAD: usize = 2;
 
 impl ConnTable {
     /// A table with room for `cfg.max_entries` connections, hash seeded at random.
@@ -467,8 +470,9 @@ impl ConnTable {
 
     /// The prefetches before the lookup of key `i` of a burst whose
     /// [`key_hash`](Self::key_hash)es are `hashes`: the index bucket of key
-    /// `i + BUCKET_AHEAD` and the entry of key `i + ENTRY_AHEAD` (from its bucket,
-    /// prefetched earlier), and before key 0 those of the first keys. Call it for
+    /// `i + BUCKET_AHEAD`, the entry of key `i + ENTRY_AHEAD` (from its bucket,
+    /// prefetched earlier) and, for key `i + OVERFLOW_AHEAD` if stored past its home
+    /// bucket, its entry from the next bucket; before key 0 those of the first keys. Call it for
     /// `i = 0, 1, …` in turn, each just before looking key `i` up with `hashes[i]`
     /// (which then carries its candidate entry). The table may change between calls:
     /// candidates are hints, checked before use.
@@ -481,6 +485,9 @@ impl ConnTable {
             for h in hashes.iter_mut().take(ENTRY_AHEAD) {
                 self.prefetch_entry(h);
             }
+            for h in hashes.iter_mut().take(OVERFLOW_AHEAD) {
+                self.prefetch_overflow_entry(h);
+            }
         }
         if let Some(h) = hashes.get(i + BUCKET_AHEAD) {
             self.prefetch_bucket(h);
@@ -488,21 +495,42 @@ impl ConnTable {
         if let Some(h) = hashes.get_mut(i + ENTRY_AHEAD) {
             self.prefetch_entry(h);
         }
+        if let Some(h) = hashes.get_mut(i + OVERFLOW_AHEAD) {
+            self.prefetch_overflow_entry(h);
+        }
     }
 
     /// Prefetches the entry a lookup of hash `h` most likely finds (reading the index
     /// bucket, which [`hash`](Self::hash) prefetched), and keeps its reference in `h`
     /// for [`lookup_hashed`](Self::lookup_hashed) to check first.
+    /// A key whose home bucket holds no matching tag but overflowed is likely in the
+    /// next bucket: that bucket is prefetched, and
+    /// [`prefetch_overflow_entry`](Self::prefetch_overflow_entry) takes it from there.
     #[inline(always)]
     pub fn prefetch_entry(&self, h: &mut KeyHash) {
-        if let Some(r) = self.index.first_candidate(h.h) {
-            if let Some(e) = self.entries.get((r >> 1) as usize) {
-                h.cand = r;
-                // 112 bytes span two or three cache lines: one field in each.
-                prefetch(&e.key);
-                prefetch(&e.bytes);
-                prefetch(&e.window);
-            }
+        let r = self.index.first_candidate(h.h);
+        h.cand = r;
+        self.prefetch_ref(r);
+    }
+
+    /// For a key [`prefetch_entry`](Self::prefetch_entry) found no candidate for in its
+    /// home bucket but sent to the next one: reads that bucket and prefetches the
+    /// entry its matching tag points to (a few percent of keys in a full table).
+    #[inline(always)]
+    pub fn prefetch_overflow_entry(&self, h: &mut KeyHash) {
+        if h.cand == IN_NEXT {
+            h.cand = self.index.next_candidate(h.h).unwrap_or(NO_CANDIDATE);
+            self.prefetch_ref(h.cand);
+        }
+    }
+
+    #[inline(always)]
+    fn prefetch_ref(&self, r: u32) {
+        if let Some(e) = self.entries.get((r >> 1) as usize) {
+            // 112 bytes span two or three cache lines: one field in each.
+            prefetch(&e.key);
+            prefetch(&e.bytes);
+            prefetch(&e.window);
         }
     }
 
