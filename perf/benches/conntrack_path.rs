@@ -546,6 +546,7 @@ impl CtPart {
                 output,
                 &parsed[i],
                 self.marks[i],
+                self.hash[i],
                 self.reflect,
                 pipeline::Frames::frame_mut(&mut frames, i),
                 &mut NoTrace,

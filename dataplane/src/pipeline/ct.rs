@@ -195,8 +195,8 @@ pub fn lookup<T: Tracer>(
 /// then the entries those buckets point to are prefetched, so that the burst's table
 /// misses overlap; then each packet, in order, goes through [`lookup_hashed`]. The
 /// packets that go on stay in `ok`, compacted, with their mark in `marks`; the others
-/// get their action. Returns how many go on. `hash` is scratch, at least as long as
-/// `ok`.
+/// get their action. Returns how many go on. `hash[i]` receives the hash of packet
+/// `i`'s key (as looked up), which [`commit`] takes (`hash` is indexed like `parsed`).
 #[allow(clippy::too_many_arguments)]
 #[inline]
 pub fn lookup_burst<F: Frames + ?Sized, T: Tracer>(
@@ -211,17 +211,17 @@ pub fn lookup_burst<F: Frames + ?Sized, T: Tracer>(
     t: &mut T,
 ) -> usize {
     let n = ok.len();
-    let hash = &mut hash[..n];
-    for (h, &i) in hash.iter_mut().zip(ok.iter()) {
-        *h = ct.table.hash(&parsed[usize::from(i)].key);
+    for &i in ok.iter() {
+        let i = usize::from(i);
+        hash[i] = ct.table.hash(&parsed[i].key);
     }
-    for h in hash.iter_mut() {
-        ct.table.prefetch_entry(h);
+    for &i in ok.iter() {
+        ct.table.prefetch_entry(&mut hash[usize::from(i)]);
     }
     let mut kept = 0usize;
     for k in 0..n {
         let i = usize::from(ok[k]);
-        match lookup_hashed(snap, ct, &mut parsed[i], hash[k], frames.frame_mut(i), t) {
+        match lookup_hashed(snap, ct, &mut parsed[i], hash[i], frames.frame_mut(i), t) {
             Ok(mark) => {
                 marks[i] = mark;
                 ok[kept] = i as u16;
@@ -457,21 +457,15 @@ pub fn prefetch_snat(
     ) else {
         return;
     };
-    let key = &parsed.key;
-    ct.table.hash_nat_tuple(
-        key.network,
-        key.proto,
-        &key.dst,
-        key.dst_port,
-        Nat { addr, port },
-    );
+    ct.table.hash_nat(&parsed.key, Nat { addr, port });
 }
 
 /// The commit stage, after the egress ACLs, for a packet about to leave through
 /// `output`: closes a connection the changed ACLs now deny (`denied`), records the
 /// ACL state a re-checked connection passed, creates the connection of a first packet
 /// that a `reflect` rule let through or that is masqueraded, and masquerades
-/// original-direction packets (and ICMP errors) of masqueraded connections.
+/// original-direction packets (and ICMP errors) of masqueraded connections. `hash` is
+/// the hash of `parsed.key` [`lookup_burst`] left (`ct.table.hash` of the key).
 #[allow(clippy::too_many_arguments)]
 #[inline]
 pub fn commit<T: Tracer>(
@@ -481,6 +475,7 @@ pub fn commit<T: Tracer>(
     output: &PortState,
     parsed: &Parsed,
     mark: CtMark,
+    hash: KeyHash,
     reflect: bool,
     frame: &mut [u8],
     t: &mut T,
@@ -501,7 +496,9 @@ pub fn commit<T: Tracer>(
         }
         return Ok(());
     }
-    commit_untracked(snap, ct, input, output, parsed, mark, reflect, frame, t)
+    commit_untracked(
+        snap, ct, input, output, parsed, mark, hash, reflect, frame, t,
+    )
 }
 
 /// [`commit`] of a related or untracked packet.
@@ -514,6 +511,7 @@ fn commit_untracked<T: Tracer>(
     output: &PortState,
     parsed: &Parsed,
     mark: CtMark,
+    hash: KeyHash,
     reflect: bool,
     frame: &mut [u8],
     t: &mut T,
@@ -557,17 +555,15 @@ fn commit_untracked<T: Tracer>(
                     return Ok(());
                 };
                 let table = &ct.table;
+                let mut free = None;
                 let port = ct.alloc.allocate(&snap.snat.ports, |port| {
-                    table.nat_tuple_in_use(
-                        key.network,
-                        key.proto,
-                        &key.dst,
-                        key.dst_port,
-                        Nat { addr, port },
-                    )
+                    let nat = Nat { addr, port };
+                    free = table.free_nat(&key, nat, table.hash_nat(&key, nat));
+                    free.is_none()
                 });
-                match port {
-                    Some(port) => Some(Nat { addr, port }),
+                // `free` is the tuple of the last port tried: the one allocated.
+                match port.and(free) {
+                    Some(free) => Some(free),
                     None => {
                         trace!(
                             t,
@@ -582,8 +578,9 @@ fn commit_untracked<T: Tracer>(
                 None
             };
             let l4 = l4_info(parsed, frame);
-            match ct.table.insert(
+            match ct.table.insert_hashed(
                 &key,
+                hash,
                 &l4,
                 parsed.l3_len as u32,
                 nat,
@@ -608,8 +605,8 @@ fn commit_untracked<T: Tracer>(
                     return Err(Action::Drop(DropReason::CtTableFull));
                 }
             }
-            if let Some(nat) = nat {
-                masquerade(parsed, frame, nat, t)?;
+            if let Some(free) = nat {
+                masquerade(parsed, frame, free.nat, t)?;
             }
             Ok(())
         }

@@ -237,7 +237,7 @@ pub struct Scratch {
     members: [u16; MAX_BURST],
     /// Per packet, what conntrack found.
     ct: [CtMark; MAX_BURST],
-    /// Per packet of `ok`, its key's conntrack hash.
+    /// Per packet (indexed like `parsed`), its key's conntrack hash as the lookup made it.
     hash: [KeyHash; MAX_BURST],
     acl: AclScratch,
 }
@@ -489,6 +489,7 @@ pub fn process_burst<F: Frames + ?Sized, T: Tracer>(
                 output,
                 &s.parsed[i],
                 s.ct[i],
+                s.hash[i],
                 reflect,
                 frame,
                 t,
