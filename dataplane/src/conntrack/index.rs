@@ -173,9 +173,21 @@ impl Index {
         }
     }
 
-    /// The reference stored for a key with hash `h` for which `matches` is true.
+    /// The reference stored for a key with hash `h` for which `matches` is true. A key
+    /// that is not there is usually told by its home bucket alone (no tag matches, no
+    /// overflow): that answer is inline, the probe proper is not.
     #[inline(always)]
-    pub(super) fn find(&self, h: u64, mut matches: impl FnMut(u32) -> bool) -> Option<u32> {
+    pub(super) fn find(&self, h: u64, matches: impl FnMut(u32) -> bool) -> Option<u32> {
+        let b = &self.buckets[self.home(h)];
+        if Self::tag_mask(b, Self::tag(h)) == 0 && b.overflow == 0 {
+            return None;
+        }
+        self.probe(h, matches)
+    }
+
+    /// [`find`](Self::find)'s probe, from the home bucket on.
+    #[inline(never)]
+    fn probe(&self, h: u64, mut matches: impl FnMut(u32) -> bool) -> Option<u32> {
         let tag = Self::tag(h);
         let mut b = self.home(h);
         for _ in 0..self.buckets.len() {
