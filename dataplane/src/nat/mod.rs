@@ -25,9 +25,8 @@ impl Cidr4 {
     /// Whether `a` is inside the prefix.
     #[inline]
     pub fn contains(&self, a: Ipv4Addr) -> bool {
-        let mask = u32::MAX
-            .checked_shl(32 - u32::from(self.len.min(32)))
-            .unwrap_or(0);
+        // A 64-bit shift by 0..=32: no overflow, and a /0's mask is 0.
+        let mask = (u64::from(u32::MAX) << (32 - u32::from(self.len.min(32)))) as u32;
         (u32::from(a) ^ u32::from(self.addr)) & mask == 0
     }
 }
@@ -285,6 +284,10 @@ mod tests {
         assert!(p.port_in_range(1024) && p.port_in_range(65535) && p.port_in_range(32768));
         assert!(!p.port_in_range(1023) && !p.port_in_range(30000) && !p.port_in_range(32767));
         assert!(cidr([0, 0, 0, 0], 0).contains(Ipv4Addr::BROADCAST));
+        assert!(cidr([10, 0, 0, 7], 32).contains(Ipv4Addr::new(10, 0, 0, 7)));
+        assert!(!cidr([10, 0, 0, 7], 32).contains(Ipv4Addr::new(10, 0, 0, 6)));
+        assert!(cidr([128, 0, 0, 0], 1).contains(Ipv4Addr::BROADCAST));
+        assert!(!cidr([128, 0, 0, 0], 1).contains(Ipv4Addr::new(127, 255, 255, 255)));
     }
 
     #[test]
