@@ -432,11 +432,27 @@ fn masquerades(
         && snap.snat.applies(Ipv4Addr::from(key.dst_v4()))
 }
 
+/// What [`prefetch_snat`] worked out for a packet that [`commit`] would otherwise
+/// work out again.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SnatHint {
+    /// Nothing: the commit works it out.
+    #[default]
+    None,
+    /// Not the first packet of a masqueraded connection.
+    NoSnat,
+    /// The first packet of a masqueraded connection, with the SNAT port the allocator
+    /// would try first (when there is one) and the hash of the external tuple it makes.
+    Snat(Option<(u16, KeyHash)>),
+}
+
 /// A hint before the commit stage, for each packet of a burst in commit order: when
 /// the packet is the first of a masqueraded connection, prefetches the index bucket of
 /// the external tuple the SNAT allocator will try first (`ahead` is a copy of the
 /// worker's allocator, advanced as the commits will advance it), so that the burst's
-/// allocation probes do not each wait for memory. Changes nothing but the caches.
+/// allocation probes do not each wait for memory. Changes nothing but the caches; what
+/// it worked out is returned for [`commit`] (for the packet as it is now, in the same
+/// snapshot, between the same ports).
 #[allow(clippy::too_many_arguments)]
 pub fn prefetch_snat(
     snap: &Snapshot,
@@ -447,17 +463,23 @@ pub fn prefetch_snat(
     mark: CtMark,
     frame: &[u8],
     ahead: &mut PortAllocator,
-) {
-    if mark != CtMark::None || !masquerades(snap, input, output, parsed, frame) {
-        return;
+) -> SnatHint {
+    if mark != CtMark::None {
+        return SnatHint::None;
+    }
+    if !masquerades(snap, input, output, parsed, frame) {
+        return SnatHint::NoSnat;
     }
     let (Some(addr), Some(port)) = (
         snap.snat.snat_addr(),
         ahead.allocate(&snap.snat.ports, |_| false),
     ) else {
-        return;
+        return SnatHint::Snat(None);
     };
-    ct.table.hash_nat(&parsed.key, Nat { addr, port });
+    SnatHint::Snat(Some((
+        port,
+        ct.table.hash_nat(&parsed.key, Nat { addr, port }),
+    )))
 }
 
 /// The commit stage, after the egress ACLs, for a packet about to leave through
@@ -465,7 +487,8 @@ pub fn prefetch_snat(
 /// ACL state a re-checked connection passed, creates the connection of a first packet
 /// that a `reflect` rule let through or that is masqueraded, and masquerades
 /// original-direction packets (and ICMP errors) of masqueraded connections. `hash` is
-/// the hash of `parsed.key` [`lookup_burst`] left (`ct.table.hash` of the key).
+/// the hash of `parsed.key` [`lookup_burst`] left (`ct.table.hash` of the key), `hint`
+/// what [`prefetch_snat`] returned for the packet (or [`SnatHint::None`]).
 #[allow(clippy::too_many_arguments)]
 #[inline]
 pub fn commit<T: Tracer>(
@@ -476,6 +499,7 @@ pub fn commit<T: Tracer>(
     parsed: &Parsed,
     mark: CtMark,
     hash: KeyHash,
+    hint: SnatHint,
     reflect: bool,
     frame: &mut [u8],
     t: &mut T,
@@ -497,7 +521,7 @@ pub fn commit<T: Tracer>(
         return Ok(());
     }
     commit_untracked(
-        snap, ct, input, output, parsed, mark, hash, reflect, frame, t,
+        snap, ct, input, output, parsed, mark, hash, hint, reflect, frame, t,
     )
 }
 
@@ -512,6 +536,7 @@ fn commit_untracked<T: Tracer>(
     parsed: &Parsed,
     mark: CtMark,
     hash: KeyHash,
+    hint: SnatHint,
     reflect: bool,
     frame: &mut [u8],
     t: &mut T,
@@ -542,7 +567,11 @@ fn commit_untracked<T: Tracer>(
             Ok(())
         }
         CtMark::None => {
-            let snat = masquerades(snap, input, output, parsed, frame);
+            let (snat, first) = match hint {
+                SnatHint::None => (masquerades(snap, input, output, parsed, frame), None),
+                SnatHint::NoSnat => (false, None),
+                SnatHint::Snat(first) => (true, first),
+            };
             if !reflect && !snat {
                 return Ok(());
             }
@@ -558,7 +587,11 @@ fn commit_untracked<T: Tracer>(
                 let mut free = None;
                 let port = ct.alloc.allocate(&snap.snat.ports, |port| {
                     let nat = Nat { addr, port };
-                    free = table.free_nat(&key, nat, table.hash_nat(&key, nat));
+                    let h = match first {
+                        Some((p, h)) if p == port => h,
+                        _ => table.hash_nat(&key, nat),
+                    };
+                    free = table.free_nat(&key, nat, h);
                     free.is_none()
                 });
                 // `free` is the tuple of the last port tried: the one allocated.
