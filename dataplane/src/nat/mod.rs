@@ -117,6 +117,18 @@ struct Shares {
     total: u32,
 }
 
+impl Shares {
+    /// Whether these are the shares of `ranges` (at most [`CACHED_RANGES`]).
+    #[inline(always)]
+    fn holds(&self, ranges: &[(u16, u16)]) -> bool {
+        self.len == ranges.len()
+            && ranges
+                .iter()
+                .zip(&self.ranges)
+                .all(|(&(lo, hi), &(clo, chi))| (lo ^ clo) | (hi ^ chi) == 0)
+    }
+}
+
 /// One worker's SNAT port allocator: random ports from its share of the range.
 #[derive(Debug, Clone)]
 pub struct PortAllocator {
@@ -182,14 +194,15 @@ impl PortAllocator {
             return self.allocate_uncached(ranges, in_use);
         }
         let n = ranges.len();
-        if self.shares.len != n || self.shares.ranges[..n] != *ranges {
+        if !self.shares.holds(ranges) {
             self.cache_shares(ranges);
         }
-        let s = self.shares;
-        if s.total == 0 {
+        let total = self.shares.total;
+        if total == 0 {
             return None;
         }
-        let start = (self.next_random() % u64::from(s.total)) as u32;
+        let start = (self.next_random() % u64::from(total)) as u32;
+        let s = &self.shares;
         let workers = u32::from(self.workers);
         for k in 0..s.total.min(MAX_PROBES) {
             // (start + k) % total: both are below total.
