@@ -454,6 +454,7 @@ pub enum SnatHint {
 /// it worked out is returned for [`commit`] (for the packet as it is now, in the same
 /// snapshot, between the same ports).
 #[allow(clippy::too_many_arguments)]
+#[inline]
 pub fn prefetch_snat(
     snap: &Snapshot,
     ct: &Conntrack,
@@ -467,6 +468,20 @@ pub fn prefetch_snat(
     if mark != CtMark::None {
         return SnatHint::None;
     }
+    snat_hint(snap, ct, input, output, parsed, frame, ahead)
+}
+
+/// [`prefetch_snat`] of an untracked packet.
+#[inline(never)]
+fn snat_hint(
+    snap: &Snapshot,
+    ct: &Conntrack,
+    input: &PortState,
+    output: &PortState,
+    parsed: &Parsed,
+    frame: &[u8],
+    ahead: &mut PortAllocator,
+) -> SnatHint {
     if !masquerades(snap, input, output, parsed, frame) {
         return SnatHint::NoSnat;
     }
@@ -498,8 +513,8 @@ pub fn commit<T: Tracer>(
     output: &PortState,
     parsed: &Parsed,
     mark: CtMark,
-    hash: KeyHash,
-    hint: SnatHint,
+    hash: &KeyHash,
+    hint: &SnatHint,
     reflect: bool,
     frame: &mut [u8],
     t: &mut T,
@@ -535,8 +550,8 @@ fn commit_untracked<T: Tracer>(
     output: &PortState,
     parsed: &Parsed,
     mark: CtMark,
-    hash: KeyHash,
-    hint: SnatHint,
+    hash: &KeyHash,
+    hint: &SnatHint,
     reflect: bool,
     frame: &mut [u8],
     t: &mut T,
@@ -567,7 +582,7 @@ fn commit_untracked<T: Tracer>(
             Ok(())
         }
         CtMark::None => {
-            let (snat, first) = match hint {
+            let (snat, first) = match *hint {
                 SnatHint::None => (masquerades(snap, input, output, parsed, frame), None),
                 SnatHint::NoSnat => (false, None),
                 SnatHint::Snat(first) => (true, first),
@@ -613,7 +628,7 @@ fn commit_untracked<T: Tracer>(
             let l4 = l4_info(parsed, frame);
             match ct.table.insert_hashed(
                 &key,
-                hash,
+                *hash,
                 &l4,
                 parsed.l3_len as u32,
                 nat,
