@@ -561,13 +561,23 @@ impl ConnTable {
     /// [`hash_nat(key, nat)`](Self::hash_nat).
     #[inline]
     pub fn free_nat(&self, key: &FlowKey, nat: Nat, h: KeyHash) -> Option<FreeNat> {
-        let reply = reply_tuple(key, Some(nat));
-        debug_assert_eq!(h.h, self.index.hash(&reply), "hash_nat of this tuple");
-        self.lookup_hashed(&reply, h).is_none().then_some(FreeNat {
-            nat,
-            reply: h.h,
-            inserts: self.stats.inserts,
-        })
+        debug_assert_eq!(
+            h.h,
+            self.index.hash(&reply_tuple(key, Some(nat))),
+            "hash_nat of this tuple"
+        );
+        let entries = &self.entries;
+        // The tuple is only built when a tag matches (the probe proper).
+        self.index
+            .find(h.h, |r| {
+                entries[(r >> 1) as usize].matches(r, &reply_tuple(key, Some(nat)))
+            })
+            .is_none()
+            .then_some(FreeNat {
+                nat,
+                reply: h.h,
+                inserts: self.stats.inserts,
+            })
     }
 
     /// Creates an entry for the first packet of a connection (original direction),
