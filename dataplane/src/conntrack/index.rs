@@ -209,8 +209,26 @@ impl Index {
     }
 
     /// Stores reference `r` under hash `h`. False only when every slot is taken, which
-    /// the table's sizing rules out.
+    /// the table's sizing rules out. The home bucket's first empty slot is found inline
+    /// (one compare of its tags), a later bucket's by the probe proper.
+    #[inline(always)]
     pub(super) fn insert(&mut self, h: u64, r: u32) -> bool {
+        let tag = Self::tag(h);
+        let home = self.home(h);
+        let bucket = &mut self.buckets[home];
+        let empty = Self::tag_mask(bucket, EMPTY);
+        if empty != 0 {
+            let i = empty.trailing_zeros() as usize;
+            bucket.tags[i] = tag;
+            bucket.refs[i] = r;
+            return true;
+        }
+        self.insert_probe(h, r)
+    }
+
+    /// [`insert`](Self::insert) from the home bucket on.
+    #[inline(never)]
+    fn insert_probe(&mut self, h: u64, r: u32) -> bool {
         let tag = Self::tag(h);
         let mut b = self.home(h);
         for _ in 0..self.buckets.len() {
