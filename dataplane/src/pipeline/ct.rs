@@ -351,40 +351,53 @@ fn untracked<T: Tracer>(
     t: &mut T,
 ) -> Result<CtMark, Action> {
     if is_icmp_error(parsed, frame) {
-        if let Some((id, quoted_dir)) = quoted(parsed, frame).and_then(|q| ct.table.related(&q)) {
-            // The error travels against the packet it quotes.
-            let dir = quoted_dir.opposite();
-            let Some(conn) = ct.table.get(id) else {
-                return Ok(CtMark::None);
-            };
-            trace!(
-                t,
-                Stage::Conntrack,
-                "ICMP error about connection {}: related",
-                id.index()
-            );
-            if let (Dir::Reply, Some(_)) = (dir, conn.nat()) {
-                // From the remote side about a masqueraded packet: back to the pod.
-                let orig = conn.key();
-                let pod = Ipv4Addr::from(orig.src_v4());
-                if !rewrite::rewrite_icmp_error(
-                    frame,
-                    parsed.l3_offset,
-                    parsed.l4_offset,
-                    Endpoint::Dst,
-                    pod,
-                    Endpoint::Src,
-                    pod,
-                    orig.src_port,
-                ) {
-                    return Err(Action::Drop(DropReason::Malformed));
-                }
-                trace!(t, Stage::Nat, "ICMP error translated back to {}", pod);
-                let port = parsed.key.dst_port;
-                set_endpoint(&mut parsed.key, Endpoint::Dst, pod, port);
+        return icmp_error(ct, parsed, frame, t);
+    }
+    trace!(t, Stage::Conntrack, "no connection");
+    Ok(CtMark::None)
+}
+
+/// [`untracked`] of an ICMP error (out of line: the common case stays small).
+#[inline(never)]
+fn icmp_error<T: Tracer>(
+    ct: &mut Conntrack,
+    parsed: &mut Parsed,
+    frame: &mut [u8],
+    t: &mut T,
+) -> Result<CtMark, Action> {
+    if let Some((id, quoted_dir)) = quoted(parsed, frame).and_then(|q| ct.table.related(&q)) {
+        // The error travels against the packet it quotes.
+        let dir = quoted_dir.opposite();
+        let Some(conn) = ct.table.get(id) else {
+            return Ok(CtMark::None);
+        };
+        trace!(
+            t,
+            Stage::Conntrack,
+            "ICMP error about connection {}: related",
+            id.index()
+        );
+        if let (Dir::Reply, Some(_)) = (dir, conn.nat()) {
+            // From the remote side about a masqueraded packet: back to the pod.
+            let orig = conn.key();
+            let pod = Ipv4Addr::from(orig.src_v4());
+            if !rewrite::rewrite_icmp_error(
+                frame,
+                parsed.l3_offset,
+                parsed.l4_offset,
+                Endpoint::Dst,
+                pod,
+                Endpoint::Src,
+                pod,
+                orig.src_port,
+            ) {
+                return Err(Action::Drop(DropReason::Malformed));
             }
-            return Ok(CtMark::Related { id, dir });
+            trace!(t, Stage::Nat, "ICMP error translated back to {}", pod);
+            let port = parsed.key.dst_port;
+            set_endpoint(&mut parsed.key, Endpoint::Dst, pod, port);
         }
+        return Ok(CtMark::Related { id, dir });
     }
     trace!(t, Stage::Conntrack, "no connection");
     Ok(CtMark::None)
