@@ -553,3 +553,48 @@ fn too_big_for_the_uplink_is_refused_before_masquerading() {
     assert_eq!(big, before);
     assert!(ct.table.is_empty());
 }
+
+/// A burst of first packets from a pod: each connection gets its own SNAT port (the
+/// burst's own connections taken into account), a second SYN of a connection in the
+/// same burst is refused, and once the ports run out the rest are dropped.
+#[test]
+fn a_burst_of_new_connections_gets_distinct_ports() {
+    // Four ports for six connections: the allocator's first pick often clashes with a
+    // connection inserted earlier in the burst.
+    let snap = snat_snapshot(vec![(61000, 61003)]);
+    let mut ct = conntrack(0, 1);
+    let mut frames: Vec<Vec<u8>> = (0..6u16)
+        .map(|i| from_a(REMOTE, 40000 + i, 443, 1, Tcp::Syn, &[]))
+        .collect();
+    frames.insert(2, from_a(REMOTE, 40000, 443, 1, Tcp::Syn, &[]));
+    let mut actions = vec![Action::Drop(DropReason::Malformed); frames.len()];
+    let mut scratch = pipeline::Scratch::default();
+    pipeline::process_burst(
+        &snap,
+        0,
+        frames.as_mut_slice(),
+        &mut actions,
+        &mut scratch,
+        Some(&mut ct),
+        &mut NoTrace,
+    );
+    let forwarded: Vec<usize> = (0..frames.len())
+        .filter(|&i| actions[i] == Action::Forward { port: 2 })
+        .collect();
+    assert_eq!(forwarded, [0, 1, 3, 4], "{actions:?}");
+    assert_eq!(actions[2], Action::Drop(DropReason::CtTableFull));
+    assert_eq!(actions[5], Action::Drop(DropReason::SnatPortsExhausted));
+    assert_eq!(actions[6], Action::Drop(DropReason::SnatPortsExhausted));
+    let mut ports: Vec<u16> = forwarded
+        .iter()
+        .map(|&i| {
+            let (src, dst, sport, _, ok) = decode(&frames[i]);
+            assert_eq!((src, dst, ok), (NODE, REMOTE, true));
+            sport
+        })
+        .collect();
+    ports.sort_unstable();
+    assert_eq!(ports, [61000, 61001, 61002, 61003]);
+    assert_eq!(ct.table.len(), 4);
+    assert_eq!(ct.table.stats().clashes, 1);
+}

@@ -476,6 +476,7 @@ struct CtPart {
     reflect: bool,
     ok: [u16; pipeline::MAX_BURST],
     hash: [KeyHash; pipeline::MAX_BURST],
+    snat: [ct::SnatHint; pipeline::MAX_BURST],
     marks: [CtMark; pipeline::MAX_BURST],
     actions: [Action; pipeline::MAX_BURST],
     packets: u64,
@@ -489,6 +490,7 @@ impl CtPart {
             reflect,
             ok: [0; pipeline::MAX_BURST],
             hash: [KeyHash::default(); pipeline::MAX_BURST],
+            snat: [ct::SnatHint::None; pipeline::MAX_BURST],
             marks: [CtMark::None; pipeline::MAX_BURST],
             actions: [Action::Drop(DropReason::Malformed); pipeline::MAX_BURST],
             packets: 0,
@@ -526,7 +528,7 @@ impl CtPart {
         let mut ahead = self.ct.alloc.clone();
         for &i in &self.ok[..kept] {
             let i = usize::from(i);
-            ct::prefetch_snat(
+            self.snat[i] = ct::prefetch_snat(
                 snap,
                 &self.ct,
                 input,
@@ -546,6 +548,8 @@ impl CtPart {
                 output,
                 &parsed[i],
                 self.marks[i],
+                &self.hash[i],
+                &self.snat[i],
                 self.reflect,
                 pipeline::Frames::frame_mut(&mut frames, i),
                 &mut NoTrace,

@@ -201,9 +201,21 @@ impl Index {
         }
     }
 
-    /// The reference stored for a key with hash `h` for which `matches` is true.
+    /// The reference stored for a key with hash `h` for which `matches` is true. A key
+    /// that is not there is usually told by its home bucket alone (no tag matches, no
+    /// overflow): that answer is inline, the probe proper is not.
     #[inline(always)]
-    pub(super) fn find(&self, h: u64, mut matches: impl FnMut(u32) -> bool) -> Option<u32> {
+    pub(super) fn find(&self, h: u64, matches: impl FnMut(u32) -> bool) -> Option<u32> {
+        let b = &self.buckets[self.home(h)];
+        if Self::tag_mask(b, Self::tag(h)) == 0 && b.overflow == 0 {
+            return None;
+        }
+        self.probe(h, matches)
+    }
+
+    /// [`find`](Self::find)'s probe, from the home bucket on.
+    #[inline(never)]
+    fn probe(&self, h: u64, mut matches: impl FnMut(u32) -> bool) -> Option<u32> {
         let tag = Self::tag(h);
         let mut b = self.home(h);
         for _ in 0..self.buckets.len() {
@@ -225,8 +237,26 @@ impl Index {
     }
 
     /// Stores reference `r` under hash `h`. False only when every slot is taken, which
-    /// the table's sizing rules out.
+    /// the table's sizing rules out. The home bucket's first empty slot is found inline
+    /// (one compare of its tags), a later bucket's by the probe proper.
+    #[inline(always)]
     pub(super) fn insert(&mut self, h: u64, r: u32) -> bool {
+        let tag = Self::tag(h);
+        let home = self.home(h);
+        let bucket = &mut self.buckets[home];
+        let empty = Self::tag_mask(bucket, EMPTY);
+        if empty != 0 {
+            let i = empty.trailing_zeros() as usize;
+            bucket.tags[i] = tag;
+            bucket.refs[i] = r;
+            return true;
+        }
+        self.insert_probe(h, r)
+    }
+
+    /// [`insert`](Self::insert) from the home bucket on.
+    #[inline(never)]
+    fn insert_probe(&mut self, h: u64, r: u32) -> bool {
         let tag = Self::tag(h);
         let mut b = self.home(h);
         for _ in 0..self.buckets.len() {

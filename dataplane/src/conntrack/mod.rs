@@ -14,8 +14,8 @@ mod tcp;
 
 pub use index::KeyHash;
 pub use table::{
-    ConnTable, ConnView, CtStats, BUCKET_AHEAD, BYTES_PER_CONNECTION, ENTRY_AHEAD, MAX_ENTRIES,
-    OVERFLOW_AHEAD,
+    ConnTable, ConnView, CtStats, FreeNat, BUCKET_AHEAD, BYTES_PER_CONNECTION, ENTRY_AHEAD,
+    MAX_ENTRIES, OVERFLOW_AHEAD,
 };
 pub use tcp::{tcp_wscale, TcpState, TcpWindow};
 

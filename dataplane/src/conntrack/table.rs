@@ -121,16 +121,11 @@ impl Entry {
     /// in both port fields for ICMP) as destination when source-NATed.
     #[inline(always)]
     fn reply_key(&self) -> FlowKey {
-        let k = &self.key;
-        let mut r = k.reversed();
-        if self.state & HAS_NAT != 0 {
-            r.dst = Ipv4Addr::from(self.nat_addr).to_ipv6_mapped().octets();
-            r.dst_port = self.nat_port;
-            if is_icmp(k.proto) {
-                r.src_port = self.nat_port;
-            }
-        }
-        r
+        let nat = (self.state & HAS_NAT != 0).then(|| Nat {
+            addr: Ipv4Addr::from(self.nat_addr),
+            port: self.nat_port,
+        });
+        reply_tuple(&self.key, nat)
     }
 
     /// Whether `key` is the tuple of direction `dir & 1` (the reply direction compared
@@ -309,6 +304,35 @@ fn random_seed() -> u64 {
     h.finish()
 }
 
+/// The reply-direction tuple of a connection with original tuple `k`: reversed, with
+/// the NAT address (and port, or echo id in both port fields for ICMP) as destination
+/// when source-NATed.
+#[inline(always)]
+fn reply_tuple(k: &FlowKey, nat: Option<Nat>) -> FlowKey {
+    let mut r = k.reversed();
+    if let Some(n) = nat {
+        r.dst = n.addr.to_ipv6_mapped().octets();
+        r.dst_port = n.port;
+        if is_icmp(k.proto) {
+            r.src_port = n.port;
+        }
+    }
+    r
+}
+
+/// An external tuple found free for a new connection by
+/// [`free_nat`](ConnTable::free_nat): the NAT, the hash of the reply tuple it gives
+/// the connection, and how many connections the table had inserted when it looked.
+/// [`insert_hashed`](ConnTable::insert_hashed) skips looking again while no connection
+/// was inserted since (removals never make a free tuple taken). Only meaningful for the
+/// table and original tuple it was made for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FreeNat {
+    pub nat: Nat,
+    reply: u64,
+    inserts: u64,
+}
+
 /// The reply-direction key of a masqueraded connection to `remote:remote_port`.
 #[inline(always)]
 fn nat_tuple(zone: u16, proto: u8, remote: &[u8; 16], remote_port: u16, nat: Nat) -> FlowKey {
@@ -468,34 +492,47 @@ impl ConnTable {
         self.index.prefetch(h.h);
     }
 
-    /// The prefetches before the lookup of key `i` of a burst whose
-    /// [`key_hash`](Self::key_hash)es are `hashes`: the index bucket of key
-    /// `i + BUCKET_AHEAD`, the entry of key `i + ENTRY_AHEAD` (from its bucket,
-    /// prefetched earlier) and, for key `i + OVERFLOW_AHEAD` if stored past its home
-    /// bucket, its entry from the next bucket; before key 0 those of the first keys. Call it for
-    /// `i = 0, 1, …` in turn, each just before looking key `i` up with `hashes[i]`
-    /// (which then carries its candidate entry). The table may change between calls:
+    /// The prefetches before the lookup of the `k`-th key of a burst, whose
+    /// [`key_hash`](Self::key_hash)es are `hashes[at(0)]`, `hashes[at(1)]`, … (`at`
+    /// maps a position in the burst to an index of `hashes`, `None` past the end): the
+    /// index bucket of the key `BUCKET_AHEAD` places on, the entry of the key
+    /// `ENTRY_AHEAD` places on (from its bucket, prefetched earlier) and, for the key
+    /// `OVERFLOW_AHEAD` places on if stored past its home bucket, its entry from the
+    /// next bucket; before the first key those of the first keys. Call it for
+    /// `k = 0, 1, …` in turn, each just before looking that key up with its hash (which
+    /// then carries its candidate entry). The table may change between calls:
     /// candidates are hints, checked before use.
     #[inline(always)]
-    pub fn prefetch_ahead(&self, hashes: &mut [KeyHash], i: usize) {
-        if i == 0 {
-            for h in hashes.iter().take(BUCKET_AHEAD) {
-                self.prefetch_bucket(h);
+    pub fn prefetch_ahead(
+        &self,
+        hashes: &mut [KeyHash],
+        k: usize,
+        at: impl Fn(usize) -> Option<usize>,
+    ) {
+        if k == 0 {
+            for j in 0..BUCKET_AHEAD {
+                if let Some(h) = at(j).and_then(|x| hashes.get(x)) {
+                    self.prefetch_bucket(h);
+                }
             }
-            for h in hashes.iter_mut().take(ENTRY_AHEAD) {
-                self.prefetch_entry(h);
+            for j in 0..ENTRY_AHEAD {
+                if let Some(h) = at(j).and_then(|x| hashes.get_mut(x)) {
+                    self.prefetch_entry(h);
+                }
             }
-            for h in hashes.iter_mut().take(OVERFLOW_AHEAD) {
-                self.prefetch_overflow_entry(h);
+            for j in 0..OVERFLOW_AHEAD {
+                if let Some(h) = at(j).and_then(|x| hashes.get_mut(x)) {
+                    self.prefetch_overflow_entry(h);
+                }
             }
         }
-        if let Some(h) = hashes.get(i + BUCKET_AHEAD) {
+        if let Some(h) = at(k + BUCKET_AHEAD).and_then(|x| hashes.get(x)) {
             self.prefetch_bucket(h);
         }
-        if let Some(h) = hashes.get_mut(i + ENTRY_AHEAD) {
+        if let Some(h) = at(k + ENTRY_AHEAD).and_then(|x| hashes.get_mut(x)) {
             self.prefetch_entry(h);
         }
-        if let Some(h) = hashes.get_mut(i + OVERFLOW_AHEAD) {
+        if let Some(h) = at(k + OVERFLOW_AHEAD).and_then(|x| hashes.get_mut(x)) {
             self.prefetch_overflow_entry(h);
         }
     }
@@ -563,7 +600,7 @@ impl ConnTable {
                 *h = self.key_hash(k);
             }
             for i in 0..keys.len() {
-                self.prefetch_ahead(hashes, i);
+                self.prefetch_ahead(hashes, i, Some);
                 out[i] = self.lookup_hashed(&keys[i], hashes[i]);
             }
         }
@@ -610,6 +647,39 @@ impl ConnTable {
         self.hash(&nat_tuple(zone, proto, remote, remote_port, nat))
     }
 
+    /// The [`hash`](Self::hash) of the reply tuple a connection with original tuple
+    /// `key` has when source-NATed to `nat`, prefetching its bucket (for
+    /// [`free_nat`](Self::free_nat)).
+    #[inline]
+    pub fn hash_nat(&self, key: &FlowKey, nat: Nat) -> KeyHash {
+        self.hash(&reply_tuple(key, Some(nat)))
+    }
+
+    /// Whether a connection with original tuple `key` may be source-NATed to `nat`
+    /// (its reply tuple is no tuple of any tracked connection): then the tuple, for
+    /// [`insert_hashed`](Self::insert_hashed). `h` is
+    /// [`hash_nat(key, nat)`](Self::hash_nat).
+    #[inline]
+    pub fn free_nat(&self, key: &FlowKey, nat: Nat, h: KeyHash) -> Option<FreeNat> {
+        debug_assert_eq!(
+            h.h,
+            self.index.hash(&reply_tuple(key, Some(nat))),
+            "hash_nat of this tuple"
+        );
+        let entries = &self.entries;
+        // The tuple is only built when a tag matches (the probe proper).
+        self.index
+            .find(h.h, |r| {
+                entries[(r >> 1) as usize].matches(r, &reply_tuple(key, Some(nat)))
+            })
+            .is_none()
+            .then_some(FreeNat {
+                nat,
+                reply: h.h,
+                inserts: self.stats.inserts,
+            })
+    }
+
     /// Creates an entry for the first packet of a connection (original direction),
     /// with its state from `l4` (TCP: a SYN opens SYN_SENT, a plain ACK picks the
     /// connection up ESTABLISHED), counting the packet. Refused when the table or the
@@ -624,6 +694,57 @@ impl ConnTable {
         acl_generation: u64,
         now: Millis,
     ) -> Result<ConnId, InsertError> {
+        let h = self.index.hash(key);
+        let reply = self.index.hash(&reply_tuple(key, nat));
+        let nat = nat.map(|nat| FreeNat {
+            nat,
+            reply,
+            // Not looked at: never the table's count.
+            inserts: self.stats.inserts.wrapping_sub(1),
+        });
+        self.insert_inner(key, h, reply, nat, l4, len, acl_generation, now)
+    }
+
+    /// [`insert`](Self::insert) of a key hashed by [`hash`](Self::hash) on this table,
+    /// source-NATed as `nat` says (from [`free_nat`](Self::free_nat)). The original
+    /// tuple is always checked (two first packets of one connection can be in one
+    /// burst); the reply tuple only when a connection was inserted since `nat` was
+    /// found free.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub fn insert_hashed(
+        &mut self,
+        key: &FlowKey,
+        h: KeyHash,
+        l4: &L4Info,
+        len: u32,
+        nat: Option<FreeNat>,
+        acl_generation: u64,
+        now: Millis,
+    ) -> Result<ConnId, InsertError> {
+        debug_assert_eq!(h.h, self.index.hash(key), "hash of this key");
+        let reply = match nat {
+            Some(n) => n.reply,
+            None => self.index.hash(&key.reversed()),
+        };
+        self.insert_inner(key, h.h, reply, nat, l4, len, acl_generation, now)
+    }
+
+    /// [`insert`](Self::insert) with the hashes of both tuples given (`h`: the
+    /// original, `reply`: the reply tuple's).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn insert_inner(
+        &mut self,
+        key: &FlowKey,
+        h: u64,
+        reply: u64,
+        nat: Option<FreeNat>,
+        l4: &L4Info,
+        len: u32,
+        acl_generation: u64,
+        now: Millis,
+    ) -> Result<ConnId, InsertError> {
         if self.free == NIL {
             self.stats.table_full += 1;
             return Err(InsertError::TableFull);
@@ -633,18 +754,11 @@ impl ConnTable {
             self.stats.zone_full += 1;
             return Err(InsertError::ZoneFull);
         }
-        let mut e = Entry {
-            key: *key,
-            ..FREE_ENTRY
-        };
+        let mut window = Window::ZERO;
+        let mut scales = NO_SCALES;
         let mut flags = 0;
-        if let Some(n) = nat {
-            e.nat_addr = n.addr.octets();
-            e.nat_port = n.port;
-            flags |= HAS_NAT;
-        }
         let code = match key.proto {
-            6 => match tcp::first(l4, &mut e.window, &mut e.scales) {
+            6 => match tcp::first(l4, &mut window, &mut scales) {
                 Some((s, liberal)) => {
                     if liberal {
                         flags |= LIBERAL;
@@ -660,35 +774,52 @@ impl ConnTable {
             p if is_icmp(p) => S_ICMP,
             _ => S_OTHER,
         };
-        e.state = code | flags;
-        e.packets[0] = 1;
-        e.bytes[0] = u64::from(len);
-        e.acl_gen = acl_generation as u32;
 
-        let reply = e.reply_key();
-        let (h0, h1) = (self.index.hash(key), self.index.hash(&reply));
         let entries = &self.entries;
-        if self
+        let clash = self
             .index
-            .find(h0, |r| entries[(r >> 1) as usize].matches(r, key))
+            .find(h, |r| entries[(r >> 1) as usize].matches(r, key))
             .is_some()
-            || self
-                .index
-                .find(h1, |r| entries[(r >> 1) as usize].matches(r, &reply))
-                .is_some()
-        {
+            || match nat {
+                Some(n) if n.inserts == self.stats.inserts => false,
+                _ => {
+                    let reply_key = reply_tuple(key, nat.map(|n| n.nat));
+                    self.index
+                        .find(reply, |r| entries[(r >> 1) as usize].matches(r, &reply_key))
+                        .is_some()
+                }
+            };
+        if clash {
             self.stats.clashes += 1;
             return Err(InsertError::Exists);
         }
 
         let id = self.free;
+        let class = CLASS[usize::from(code)];
+        let expires = deadline(now, self.timeouts[usize::from(class)]);
         let slot = &mut self.entries[id as usize];
         self.free = slot.next;
-        *slot = e;
-        let placed = self.index.insert(h0, id << 1) && self.index.insert(h1, id << 1 | 1);
+        slot.key = *key;
+        match nat {
+            Some(n) => {
+                slot.nat_addr = n.nat.addr.octets();
+                slot.nat_port = n.nat.port;
+                flags |= HAS_NAT;
+            }
+            None => {
+                slot.nat_addr = [0; 4];
+                slot.nat_port = 0;
+            }
+        }
+        slot.state = code | flags;
+        slot.scales = scales;
+        slot.expires = expires;
+        slot.acl_gen = acl_generation as u32;
+        slot.bytes = [u64::from(len), 0];
+        slot.packets = [1, 0];
+        slot.window = window;
+        let placed = self.index.insert(h, id << 1) && self.index.insert(reply, id << 1 | 1);
         debug_assert!(placed, "the index has room for every entry's two keys");
-        let class = CLASS[usize::from(code)];
-        self.entries[id as usize].expires = deadline(now, self.timeouts[usize::from(class)]);
         self.push_tail(id, class);
         self.zone_len[zone] += 1;
         self.len += 1;
@@ -1001,6 +1132,184 @@ mod tests {
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
+    }
+
+    /// Every field of two tables' entries, counters and lists.
+    fn same_tables(a: &ConnTable, b: &ConnTable) {
+        assert_eq!(a.stats, b.stats);
+        assert_eq!(
+            (a.len, a.free, a.heads, a.tails),
+            (b.len, b.free, b.heads, b.tails)
+        );
+        assert_eq!(a.acl_latest, b.acl_latest);
+        assert_eq!(a.zone_len, b.zone_len);
+        for (x, y) in a.entries.iter().zip(&b.entries) {
+            assert_eq!(format!("{x:?}"), format!("{y:?}"));
+        }
+        assert_eq!(format!("{:?}", a.index), format!("{:?}", b.index));
+    }
+
+    /// `insert_hashed` (with the original tuple's hash and a tuple `free_nat` found
+    /// free) leaves the table exactly as `insert` does, for NATed and plain TCP, UDP,
+    /// ICMP echo and IPv6 first packets, clashes and refusals included.
+    #[test]
+    fn insert_hashed_equals_insert() {
+        let cfg = CtConfig {
+            max_entries: 256,
+            max_per_zone: 100,
+            ..CtConfig::default()
+        };
+        let (mut a, mut b) = (ConnTable::with_seed(&cfg, 5), ConnTable::with_seed(&cfg, 5));
+        let mut seed = 77_u64;
+        let mut rnd = move || splitmix_test(&mut seed);
+        let node = Ipv4Addr::new(192, 0, 2, 10);
+        for round in 0..600u64 {
+            let r = rnd();
+            let proto = [6u8, 17, 1, 47][(r % 4) as usize];
+            let v6 = r & 0x30 == 0x30;
+            let key = if v6 {
+                FlowKey {
+                    src: (u128::from(rnd() % 4)).to_be_bytes(),
+                    dst: (u128::from(rnd() % 4) | 1 << 100).to_be_bytes(),
+                    src_port: rnd() as u16 % 8,
+                    dst_port: 443,
+                    network: (rnd() % 2) as u16,
+                    proto,
+                    family: Family::V6,
+                }
+            } else {
+                let id = rnd() as u16 % 8;
+                let (sp, dp) = if proto == 1 { (id, id) } else { (id, 443) };
+                FlowKey::v4(
+                    (rnd() % 2) as u16,
+                    proto,
+                    Ipv4Addr::new(10, 0, 0, (rnd() % 4) as u8),
+                    Ipv4Addr::new(8, 8, 8, (rnd() % 2) as u8),
+                    sp,
+                    dp,
+                )
+            };
+            // Few ports, so that NAT tuples clash with replies of other connections.
+            let nat = (!v6 && r & 0x40 != 0).then(|| Nat {
+                addr: node,
+                port: (rnd() % 6) as u16,
+            });
+            let flags = [
+                super::super::tcp_flags::SYN,
+                super::super::tcp_flags::ACK,
+                0,
+            ][(rnd() % 3) as usize];
+            let l4 = L4Info {
+                tcp_flags: flags,
+                seq: rnd() as u32,
+                ack: 0,
+                window: 1000,
+                wscale: None,
+                payload_len: 0,
+            };
+            let want = a.insert(&key, &l4, 60, nat, round, round * 100);
+            let h = b.hash(&key);
+            let free = nat.and_then(|n| b.free_nat(&key, n, b.hash_nat(&key, n)));
+            let got = if nat.is_some() && free.is_none() {
+                // The allocator would try another port; the table refuses this one.
+                assert!(want.is_err(), "{key:?} {nat:?}");
+                b.insert(&key, &l4, 60, nat, round, round * 100)
+            } else {
+                b.insert_hashed(&key, h, &l4, 60, free, round, round * 100)
+            };
+            assert_eq!(got, want, "{key:?} {nat:?}");
+            same_tables(&a, &b);
+            if r % 7 == 0 {
+                let first = a.iter().next().map(|(id, _)| id);
+                if let Some(id) = first {
+                    a.remove(id);
+                    b.remove(id);
+                }
+            }
+        }
+        assert!(
+            a.stats.clashes > 20 && a.stats.inserts > 100,
+            "{:?}",
+            a.stats
+        );
+    }
+
+    /// A tuple found free before another connection took it is still refused:
+    /// `insert_hashed` looks again once a connection was inserted since.
+    #[test]
+    fn insert_hashed_checks_a_stale_free_tuple() {
+        let cfg = CtConfig {
+            max_entries: 64,
+            ..CtConfig::default()
+        };
+        let mut t = ConnTable::with_seed(&cfg, 9);
+        let nat = Nat {
+            addr: Ipv4Addr::new(192, 0, 2, 10),
+            port: 40_000,
+        };
+        let k1 = FlowKey::v4(
+            0,
+            17,
+            Ipv4Addr::new(10, 0, 0, 1),
+            Ipv4Addr::new(8, 8, 8, 8),
+            1,
+            53,
+        );
+        let k2 = FlowKey::v4(
+            0,
+            17,
+            Ipv4Addr::new(10, 0, 0, 2),
+            Ipv4Addr::new(8, 8, 8, 8),
+            1,
+            53,
+        );
+        let f1 = t.free_nat(&k1, nat, t.hash_nat(&k1, nat)).expect("free");
+        let f2 = t.free_nat(&k2, nat, t.hash_nat(&k2, nat)).expect("free");
+        t.insert_hashed(&k1, t.hash(&k1), &L4Info::NONE, 60, Some(f1), 0, 0)
+            .expect("inserted");
+        assert!(t.free_nat(&k2, nat, t.hash_nat(&k2, nat)).is_none());
+        assert_eq!(
+            t.insert_hashed(&k2, t.hash(&k2), &L4Info::NONE, 60, Some(f2), 0, 0),
+            Err(InsertError::Exists)
+        );
+        // The original tuple is always checked, even with a fresh free tuple.
+        let other = Nat {
+            port: 40_001,
+            ..nat
+        };
+        let f = t
+            .free_nat(&k1, other, t.hash_nat(&k1, other))
+            .expect("free");
+        assert_eq!(
+            t.insert_hashed(&k1, t.hash(&k1), &L4Info::NONE, 60, Some(f), 0, 0),
+            Err(InsertError::Exists)
+        );
+        assert_eq!((t.len(), t.stats.clashes), (1, 2));
+    }
+
+    /// For an IPv4 key the reply tuple of a NAT is the external tuple the allocator
+    /// asks about.
+    #[test]
+    fn reply_tuple_is_the_nat_tuple() {
+        let nat = Nat {
+            addr: Ipv4Addr::new(192, 0, 2, 10),
+            port: 41_000,
+        };
+        for proto in [6u8, 17, 1] {
+            let (sp, dp) = if proto == 1 { (7, 7) } else { (1234, 443) };
+            let k = FlowKey::v4(
+                3,
+                proto,
+                Ipv4Addr::new(10, 0, 0, 1),
+                Ipv4Addr::new(8, 8, 8, 8),
+                sp,
+                dp,
+            );
+            assert_eq!(
+                reply_tuple(&k, Some(nat)),
+                nat_tuple(3, proto, &k.dst, k.dst_port, nat)
+            );
+        }
     }
 
     #[test]

@@ -25,9 +25,8 @@ impl Cidr4 {
     /// Whether `a` is inside the prefix.
     #[inline]
     pub fn contains(&self, a: Ipv4Addr) -> bool {
-        let mask = u32::MAX
-            .checked_shl(32 - u32::from(self.len.min(32)))
-            .unwrap_or(0);
+        // A 64-bit shift by 0..=32: no overflow, and a /0's mask is 0.
+        let mask = (u64::from(u32::MAX) << (32 - u32::from(self.len.min(32)))) as u32;
         (u32::from(a) ^ u32::from(self.addr)) & mask == 0
     }
 }
@@ -118,6 +117,18 @@ struct Shares {
     total: u32,
 }
 
+impl Shares {
+    /// Whether these are the shares of `ranges` (at most [`CACHED_RANGES`]).
+    #[inline(always)]
+    fn holds(&self, ranges: &[(u16, u16)]) -> bool {
+        self.len == ranges.len()
+            && ranges
+                .iter()
+                .zip(&self.ranges)
+                .all(|(&(lo, hi), &(clo, chi))| (lo ^ clo) | (hi ^ chi) == 0)
+    }
+}
+
 /// One worker's SNAT port allocator: random ports from its share of the range.
 #[derive(Debug, Clone)]
 pub struct PortAllocator {
@@ -183,14 +194,15 @@ impl PortAllocator {
             return self.allocate_uncached(ranges, in_use);
         }
         let n = ranges.len();
-        if self.shares.len != n || self.shares.ranges[..n] != *ranges {
+        if !self.shares.holds(ranges) {
             self.cache_shares(ranges);
         }
-        let s = self.shares;
-        if s.total == 0 {
+        let total = self.shares.total;
+        if total == 0 {
             return None;
         }
-        let start = (self.next_random() % u64::from(s.total)) as u32;
+        let start = (self.next_random() % u64::from(total)) as u32;
+        let s = &self.shares;
         let workers = u32::from(self.workers);
         for k in 0..s.total.min(MAX_PROBES) {
             // (start + k) % total: both are below total.
@@ -285,6 +297,10 @@ mod tests {
         assert!(p.port_in_range(1024) && p.port_in_range(65535) && p.port_in_range(32768));
         assert!(!p.port_in_range(1023) && !p.port_in_range(30000) && !p.port_in_range(32767));
         assert!(cidr([0, 0, 0, 0], 0).contains(Ipv4Addr::BROADCAST));
+        assert!(cidr([10, 0, 0, 7], 32).contains(Ipv4Addr::new(10, 0, 0, 7)));
+        assert!(!cidr([10, 0, 0, 7], 32).contains(Ipv4Addr::new(10, 0, 0, 6)));
+        assert!(cidr([128, 0, 0, 0], 1).contains(Ipv4Addr::BROADCAST));
+        assert!(!cidr([128, 0, 0, 0], 1).contains(Ipv4Addr::new(127, 255, 255, 255)));
     }
 
     #[test]

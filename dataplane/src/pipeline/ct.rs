@@ -196,8 +196,8 @@ pub fn lookup<T: Tracer>(
 /// places on prefetched just before ([`ConnTable::prefetch_ahead`]), so that the
 /// burst's table misses overlap with the work on the packets before them. The
 /// packets that go on stay in `ok`, compacted, with their mark in `marks`; the others
-/// get their action. Returns how many go on. `hash` is scratch, at least as long as
-/// `ok`.
+/// get their action. Returns how many go on. `hash[i]` receives the hash of packet
+/// `i`'s key (as looked up), which [`commit`] takes (`hash` is indexed like `parsed`).
 #[allow(clippy::too_many_arguments)]
 #[inline]
 pub fn lookup_burst<F: Frames + ?Sized, T: Tracer>(
@@ -212,15 +212,16 @@ pub fn lookup_burst<F: Frames + ?Sized, T: Tracer>(
     t: &mut T,
 ) -> usize {
     let n = ok.len();
-    let hash = &mut hash[..n];
-    for (h, &i) in hash.iter_mut().zip(ok.iter()) {
-        *h = ct.table.key_hash(&parsed[usize::from(i)].key);
+    for &i in ok.iter() {
+        let i = usize::from(i);
+        hash[i] = ct.table.key_hash(&parsed[i].key);
     }
     let mut kept = 0usize;
     for k in 0..n {
-        ct.table.prefetch_ahead(hash, k);
+        ct.table
+            .prefetch_ahead(hash, k, |j| ok.get(j).map(|&i| usize::from(i)));
         let i = usize::from(ok[k]);
-        match lookup_hashed(snap, ct, &mut parsed[i], hash[k], frames.frame_mut(i), t) {
+        match lookup_hashed(snap, ct, &mut parsed[i], hash[i], frames.frame_mut(i), t) {
             Ok(mark) => {
                 marks[i] = mark;
                 ok[kept] = i as u16;
@@ -350,40 +351,53 @@ fn untracked<T: Tracer>(
     t: &mut T,
 ) -> Result<CtMark, Action> {
     if is_icmp_error(parsed, frame) {
-        if let Some((id, quoted_dir)) = quoted(parsed, frame).and_then(|q| ct.table.related(&q)) {
-            // The error travels against the packet it quotes.
-            let dir = quoted_dir.opposite();
-            let Some(conn) = ct.table.get(id) else {
-                return Ok(CtMark::None);
-            };
-            trace!(
-                t,
-                Stage::Conntrack,
-                "ICMP error about connection {}: related",
-                id.index()
-            );
-            if let (Dir::Reply, Some(_)) = (dir, conn.nat()) {
-                // From the remote side about a masqueraded packet: back to the pod.
-                let orig = conn.key();
-                let pod = Ipv4Addr::from(orig.src_v4());
-                if !rewrite::rewrite_icmp_error(
-                    frame,
-                    parsed.l3_offset,
-                    parsed.l4_offset,
-                    Endpoint::Dst,
-                    pod,
-                    Endpoint::Src,
-                    pod,
-                    orig.src_port,
-                ) {
-                    return Err(Action::Drop(DropReason::Malformed));
-                }
-                trace!(t, Stage::Nat, "ICMP error translated back to {}", pod);
-                let port = parsed.key.dst_port;
-                set_endpoint(&mut parsed.key, Endpoint::Dst, pod, port);
+        return icmp_error(ct, parsed, frame, t);
+    }
+    trace!(t, Stage::Conntrack, "no connection");
+    Ok(CtMark::None)
+}
+
+/// [`untracked`] of an ICMP error (out of line: the common case stays small).
+#[inline(never)]
+fn icmp_error<T: Tracer>(
+    ct: &mut Conntrack,
+    parsed: &mut Parsed,
+    frame: &mut [u8],
+    t: &mut T,
+) -> Result<CtMark, Action> {
+    if let Some((id, quoted_dir)) = quoted(parsed, frame).and_then(|q| ct.table.related(&q)) {
+        // The error travels against the packet it quotes.
+        let dir = quoted_dir.opposite();
+        let Some(conn) = ct.table.get(id) else {
+            return Ok(CtMark::None);
+        };
+        trace!(
+            t,
+            Stage::Conntrack,
+            "ICMP error about connection {}: related",
+            id.index()
+        );
+        if let (Dir::Reply, Some(_)) = (dir, conn.nat()) {
+            // From the remote side about a masqueraded packet: back to the pod.
+            let orig = conn.key();
+            let pod = Ipv4Addr::from(orig.src_v4());
+            if !rewrite::rewrite_icmp_error(
+                frame,
+                parsed.l3_offset,
+                parsed.l4_offset,
+                Endpoint::Dst,
+                pod,
+                Endpoint::Src,
+                pod,
+                orig.src_port,
+            ) {
+                return Err(Action::Drop(DropReason::Malformed));
             }
-            return Ok(CtMark::Related { id, dir });
+            trace!(t, Stage::Nat, "ICMP error translated back to {}", pod);
+            let port = parsed.key.dst_port;
+            set_endpoint(&mut parsed.key, Endpoint::Dst, pod, port);
         }
+        return Ok(CtMark::Related { id, dir });
     }
     trace!(t, Stage::Conntrack, "no connection");
     Ok(CtMark::None)
@@ -431,13 +445,29 @@ fn masquerades(
         && snap.snat.applies(Ipv4Addr::from(key.dst_v4()))
 }
 
+/// What [`prefetch_snat`] worked out for a packet that [`commit`] would otherwise
+/// work out again.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SnatHint {
+    /// Nothing: the commit works it out.
+    #[default]
+    None,
+    /// Not the first packet of a masqueraded connection.
+    NoSnat,
+    /// The first packet of a masqueraded connection, with the SNAT port the allocator
+    /// would try first (when there is one) and the hash of the external tuple it makes.
+    Snat(Option<(u16, KeyHash)>),
+}
+
 /// A hint before the commit stage, for each packet of a burst in commit order: when
 /// the packet is the first of a masqueraded connection, prefetches the index bucket of
 /// the external tuple the SNAT allocator will try first (`ahead` is a copy of the
 /// worker's allocator, advanced as the commits will advance it), so that the burst's
-/// allocation probes do not each wait for memory. Changes nothing but the caches.
+/// allocation probes do not each wait for memory. Changes nothing but the caches; what
+/// it worked out is returned for [`commit`] (for the packet as it is now, in the same
+/// snapshot, between the same ports).
 #[allow(clippy::too_many_arguments)]
-#[inline(always)]
+#[inline]
 pub fn prefetch_snat(
     snap: &Snapshot,
     ct: &Conntrack,
@@ -447,16 +477,16 @@ pub fn prefetch_snat(
     mark: CtMark,
     frame: &[u8],
     ahead: &mut PortAllocator,
-) {
-    // Packets of tracked connections (nearly all) have nothing to prefetch.
-    if mark == CtMark::None {
-        prefetch_snat_untracked(snap, ct, input, output, parsed, frame, ahead);
+) -> SnatHint {
+    if mark != CtMark::None {
+        return SnatHint::None;
     }
+    snat_hint(snap, ct, input, output, parsed, frame, ahead)
 }
 
 /// [`prefetch_snat`] of an untracked packet.
 #[inline(never)]
-fn prefetch_snat_untracked(
+fn snat_hint(
     snap: &Snapshot,
     ct: &Conntrack,
     input: &PortState,
@@ -464,31 +494,29 @@ fn prefetch_snat_untracked(
     parsed: &Parsed,
     frame: &[u8],
     ahead: &mut PortAllocator,
-) {
+) -> SnatHint {
     if !masquerades(snap, input, output, parsed, frame) {
-        return;
+        return SnatHint::NoSnat;
     }
     let (Some(addr), Some(port)) = (
         snap.snat.snat_addr(),
         ahead.allocate(&snap.snat.ports, |_| false),
     ) else {
-        return;
+        return SnatHint::Snat(None);
     };
-    let key = &parsed.key;
-    ct.table.hash_nat_tuple(
-        key.network,
-        key.proto,
-        &key.dst,
-        key.dst_port,
-        Nat { addr, port },
-    );
+    SnatHint::Snat(Some((
+        port,
+        ct.table.hash_nat(&parsed.key, Nat { addr, port }),
+    )))
 }
 
 /// The commit stage, after the egress ACLs, for a packet about to leave through
 /// `output`: closes a connection the changed ACLs now deny (`denied`), records the
 /// ACL state a re-checked connection passed, creates the connection of a first packet
 /// that a `reflect` rule let through or that is masqueraded, and masquerades
-/// original-direction packets (and ICMP errors) of masqueraded connections.
+/// original-direction packets (and ICMP errors) of masqueraded connections. `hash` is
+/// the hash of `parsed.key` [`lookup_burst`] left (`ct.table.hash` of the key), `hint`
+/// what [`prefetch_snat`] returned for the packet (or [`SnatHint::None`]).
 #[allow(clippy::too_many_arguments)]
 #[inline]
 pub fn commit<T: Tracer>(
@@ -498,6 +526,8 @@ pub fn commit<T: Tracer>(
     output: &PortState,
     parsed: &Parsed,
     mark: CtMark,
+    hash: &KeyHash,
+    hint: &SnatHint,
     reflect: bool,
     frame: &mut [u8],
     t: &mut T,
@@ -518,7 +548,9 @@ pub fn commit<T: Tracer>(
         }
         return Ok(());
     }
-    commit_untracked(snap, ct, input, output, parsed, mark, reflect, frame, t)
+    commit_untracked(
+        snap, ct, input, output, parsed, mark, hash, hint, reflect, frame, t,
+    )
 }
 
 /// [`commit`] of a related or untracked packet.
@@ -531,6 +563,8 @@ fn commit_untracked<T: Tracer>(
     output: &PortState,
     parsed: &Parsed,
     mark: CtMark,
+    hash: &KeyHash,
+    hint: &SnatHint,
     reflect: bool,
     frame: &mut [u8],
     t: &mut T,
@@ -561,7 +595,11 @@ fn commit_untracked<T: Tracer>(
             Ok(())
         }
         CtMark::None => {
-            let snat = masquerades(snap, input, output, parsed, frame);
+            let (snat, first) = match *hint {
+                SnatHint::None => (masquerades(snap, input, output, parsed, frame), None),
+                SnatHint::NoSnat => (false, None),
+                SnatHint::Snat(first) => (true, first),
+            };
             if !reflect && !snat {
                 return Ok(());
             }
@@ -574,17 +612,19 @@ fn commit_untracked<T: Tracer>(
                     return Ok(());
                 };
                 let table = &ct.table;
+                let mut free = None;
                 let port = ct.alloc.allocate(&snap.snat.ports, |port| {
-                    table.nat_tuple_in_use(
-                        key.network,
-                        key.proto,
-                        &key.dst,
-                        key.dst_port,
-                        Nat { addr, port },
-                    )
+                    let nat = Nat { addr, port };
+                    let h = match first {
+                        Some((p, h)) if p == port => h,
+                        _ => table.hash_nat(&key, nat),
+                    };
+                    free = table.free_nat(&key, nat, h);
+                    free.is_none()
                 });
-                match port {
-                    Some(port) => Some(Nat { addr, port }),
+                // `free` is the tuple of the last port tried: the one allocated.
+                match port.and(free) {
+                    Some(free) => Some(free),
                     None => {
                         trace!(
                             t,
@@ -599,8 +639,9 @@ fn commit_untracked<T: Tracer>(
                 None
             };
             let l4 = l4_info(parsed, frame);
-            match ct.table.insert(
+            match ct.table.insert_hashed(
                 &key,
+                *hash,
                 &l4,
                 parsed.l3_len as u32,
                 nat,
@@ -625,8 +666,8 @@ fn commit_untracked<T: Tracer>(
                     return Err(Action::Drop(DropReason::CtTableFull));
                 }
             }
-            if let Some(nat) = nat {
-                masquerade(parsed, frame, nat, t)?;
+            if let Some(free) = nat {
+                masquerade(parsed, frame, free.nat, t)?;
             }
             Ok(())
         }

@@ -237,8 +237,10 @@ pub struct Scratch {
     members: [u16; MAX_BURST],
     /// Per packet, what conntrack found.
     ct: [CtMark; MAX_BURST],
-    /// Per packet of `ok`, its key's conntrack hash.
+    /// Per packet (indexed like `parsed`), its key's conntrack hash as the lookup made it.
     hash: [KeyHash; MAX_BURST],
+    /// Per packet, what the SNAT prefetch worked out for the commit.
+    snat: [ct::SnatHint; MAX_BURST],
     acl: AclScratch,
 }
 
@@ -257,6 +259,7 @@ impl Default for Scratch {
             members: [0; MAX_BURST],
             ct: [CtMark::None; MAX_BURST],
             hash: [KeyHash::default(); MAX_BURST],
+            snat: [ct::SnatHint::None; MAX_BURST],
             acl: AclScratch {
                 keys: [FlowKey::default(); MAX_BURST],
                 results: [0; MAX_BURST],
@@ -331,6 +334,7 @@ pub fn process_burst<F: Frames + ?Sized, T: Tracer>(
     for (i, action) in actions.iter_mut().enumerate().take(n) {
         frames.prefetch(i + PREFETCH_AHEAD);
         s.ct[i] = CtMark::None;
+        s.snat[i] = ct::SnatHint::None;
         s.acl.reflect[i] = false;
         match front(snap, port, frames.frame_mut(i), t) {
             Ok(parsed) => {
@@ -454,7 +458,7 @@ pub fn process_burst<F: Frames + ?Sized, T: Tracer>(
             for &i in &s.routed[..n_routed] {
                 let i = usize::from(i);
                 if let Some(output) = snap.ports.get(usize::from(s.hop[i].0)) {
-                    ct::prefetch_snat(
+                    s.snat[i] = ct::prefetch_snat(
                         snap,
                         ct,
                         port,
@@ -489,6 +493,8 @@ pub fn process_burst<F: Frames + ?Sized, T: Tracer>(
                 output,
                 &s.parsed[i],
                 s.ct[i],
+                &s.hash[i],
+                &s.snat[i],
                 reflect,
                 frame,
                 t,

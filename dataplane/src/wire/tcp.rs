@@ -180,6 +180,7 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
     }
 
     /// Wraps `buffer` and runs [`check_len`](Self::check_len).
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<TcpPacket<T>> {
         let packet = Self::new_unchecked(buffer);
         packet.check_len()?;
@@ -188,6 +189,7 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
 
     /// [`Error::Truncated`] if the buffer is shorter than 20 bytes or than the header
     /// length; [`Error::Malformed`] if the data offset is below 5.
+    #[inline]
     pub fn check_len(&self) -> Result<()> {
         let len = self.buffer.as_ref().len();
         if len < HEADER_LEN {
@@ -209,31 +211,37 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
     }
 
     /// Source port.
+    #[inline]
     pub fn src_port(&self) -> u16 {
         read_u16(self.buffer.as_ref(), field::SRC_PORT)
     }
 
     /// Destination port.
+    #[inline]
     pub fn dst_port(&self) -> u16 {
         read_u16(self.buffer.as_ref(), field::DST_PORT)
     }
 
     /// Sequence number.
+    #[inline]
     pub fn seq_number(&self) -> u32 {
         read_u32(self.buffer.as_ref(), field::SEQ_NUM)
     }
 
     /// Acknowledgment number (meaningful when ACK is set).
+    #[inline]
     pub fn ack_number(&self) -> u32 {
         read_u32(self.buffer.as_ref(), field::ACK_NUM)
     }
 
     /// Header length in bytes (data offset × 4).
+    #[inline]
     pub fn header_len(&self) -> usize {
         usize::from(self.buffer.as_ref()[field::FLAGS] >> 4) * 4
     }
 
     /// The control bits.
+    #[inline]
     pub fn flags(&self) -> TcpFlags {
         TcpFlags(read_u16(self.buffer.as_ref(), field::FLAGS) & TcpFlags::ALL.0)
     }
@@ -259,6 +267,7 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
     }
 
     /// Window size (unscaled).
+    #[inline]
     pub fn window_len(&self) -> u16 {
         read_u16(self.buffer.as_ref(), field::WIN_SIZE)
     }
