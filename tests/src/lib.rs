@@ -279,6 +279,29 @@ impl Drop for Ferruled {
     }
 }
 
+/// Stops a child started as `ip netns exec NS timeout SECS PROGRAM …` (the child is
+/// `timeout`; PROGRAM is its child): SIGTERM first, which `timeout` passes on to
+/// PROGRAM before it exits — a SIGKILL would leave PROGRAM running, orphaned — then
+/// SIGKILL if it has not exited within two seconds. Waits for it.
+pub fn stop_timeout_child(child: &mut Child) {
+    if matches!(child.try_wait(), Ok(Some(_))) {
+        return;
+    }
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .stderr(Stdio::null())
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline {
+        if matches!(child.try_wait(), Ok(Some(_))) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 /// Writes frames as a classic pcap file (Ethernet link type).
 pub fn write_pcap(path: &Path, frames: &[Vec<u8>]) -> std::io::Result<()> {
     let mut out = Vec::new();

@@ -119,8 +119,7 @@ impl Script {
 impl Drop for Script {
     fn drop(&mut self) {
         if let Some(child) = &mut self.0 {
-            let _ = child.kill();
-            let _ = child.wait();
+            ferrule_e2e::stop_timeout_child(child);
         }
     }
 }

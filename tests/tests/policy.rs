@@ -84,8 +84,7 @@ struct Server(Child);
 
 impl Drop for Server {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        ferrule_e2e::stop_timeout_child(&mut self.0);
     }
 }
 
