@@ -528,6 +528,9 @@ impl CtPart {
         let mut ahead = self.ct.alloc.clone();
         for &i in &self.ok[..kept] {
             let i = usize::from(i);
+            if self.marks[i] != CtMark::None {
+                continue;
+            }
             self.snat[i] = ct::prefetch_snat(
                 snap,
                 &self.ct,

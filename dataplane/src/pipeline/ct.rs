@@ -221,9 +221,9 @@ pub fn lookup_burst<F: Frames + ?Sized, T: Tracer>(
         ct.table
             .prefetch_ahead(hash, k, |j| ok.get(j).map(|&i| usize::from(i)));
         let i = usize::from(ok[k]);
-        match lookup_hashed(snap, ct, &mut parsed[i], hash[i], frames.frame_mut(i), t) {
-            Ok(mark) => {
-                marks[i] = mark;
+        let (p, frame) = (&mut parsed[i], frames.frame_mut(i));
+        match lookup_into(snap, ct, p, hash[i], frame, &mut marks[i], t) {
+            Ok(()) => {
                 ok[kept] = i as u16;
                 kept += 1;
             }
@@ -244,6 +244,23 @@ pub fn lookup_hashed<T: Tracer>(
     frame: &mut [u8],
     t: &mut T,
 ) -> Result<CtMark, Action> {
+    let mut mark = CtMark::None;
+    lookup_into(snap, ct, parsed, hash, frame, &mut mark, t).map(|()| mark)
+}
+
+/// [`lookup_hashed`] writing the mark to `mark` (the burst's array) field by field: a
+/// mark returned by value went through the stack in narrow stores and came back in
+/// one wide load, which waited for them (a store-forwarding stall per packet).
+#[inline(always)]
+fn lookup_into<T: Tracer>(
+    snap: &Snapshot,
+    ct: &mut Conntrack,
+    parsed: &mut Parsed,
+    hash: KeyHash,
+    frame: &mut [u8],
+    mark: &mut CtMark,
+    t: &mut T,
+) -> Result<(), Action> {
     // (`owner` is 0 for a single worker.)
     if ct.workers > 1 || ct.worker != 0 {
         let owner = owner(parsed, frame, &snap.snat, ct.workers);
@@ -254,7 +271,8 @@ pub fn lookup_hashed<T: Tracer>(
     }
     if parsed.later_fragment {
         trace!(t, Stage::Conntrack, "later fragment: not tracked");
-        return Ok(CtMark::None);
+        *mark = CtMark::None;
+        return Ok(());
     }
     let len = parsed.l3_len as u32;
     if let Some((id, dir)) = ct.table.lookup_hashed(&parsed.key, hash) {
@@ -277,12 +295,14 @@ pub fn lookup_hashed<T: Tracer>(
                     id.index()
                 );
                 ct.table.remove(id);
-                return Ok(CtMark::None);
+                *mark = CtMark::None;
+                return Ok(());
             }
             TrackVerdict::Accept => {}
         }
         let Some(conn) = ct.table.get(id) else {
-            return Ok(CtMark::None);
+            *mark = CtMark::None;
+            return Ok(());
         };
         let checked = !ct.recheck || conn.acl_generation() == snap.acl.generation;
         trace!(
@@ -330,14 +350,16 @@ pub fn lookup_hashed<T: Tracer>(
             );
             set_endpoint(&mut parsed.key, Endpoint::Dst, addr, port);
         }
-        return Ok(CtMark::Tracked {
+        *mark = CtMark::Tracked {
             id,
             dir,
             checked,
             nat,
-        });
+        };
+        return Ok(());
     }
-    untracked(ct, parsed, frame, t)
+    *mark = untracked(ct, parsed, frame, t)?;
+    Ok(())
 }
 
 /// The end of [`lookup_hashed`] for a packet of no connection: an ICMP error about a
@@ -467,7 +489,7 @@ pub enum SnatHint {
 /// it worked out is returned for [`commit`] (for the packet as it is now, in the same
 /// snapshot, between the same ports).
 #[allow(clippy::too_many_arguments)]
-#[inline]
+#[inline(always)]
 pub fn prefetch_snat(
     snap: &Snapshot,
     ct: &Conntrack,

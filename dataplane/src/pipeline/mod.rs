@@ -457,6 +457,11 @@ pub fn process_burst<F: Frames + ?Sized, T: Tracer>(
             let mut ahead = ct.alloc.clone();
             for &i in &s.routed[..n_routed] {
                 let i = usize::from(i);
+                // Tracked packets have nothing to prefetch and the commit reads no hint
+                // for them: no call, and no hint copied through the stack.
+                if s.ct[i] != CtMark::None {
+                    continue;
+                }
                 if let Some(output) = snap.ports.get(usize::from(s.hop[i].0)) {
                     s.snat[i] = ct::prefetch_snat(
                         snap,
