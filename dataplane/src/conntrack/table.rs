@@ -633,20 +633,6 @@ impl ConnTable {
             .is_some()
     }
 
-    /// The [`hash`](Self::hash) of an external tuple as
-    /// [`nat_tuple_in_use`](Self::nat_tuple_in_use) takes it, prefetching its bucket.
-    #[inline]
-    pub fn hash_nat_tuple(
-        &self,
-        zone: u16,
-        proto: u8,
-        remote: &[u8; 16],
-        remote_port: u16,
-        nat: Nat,
-    ) -> KeyHash {
-        self.hash(&nat_tuple(zone, proto, remote, remote_port, nat))
-    }
-
     /// The [`hash`](Self::hash) of the reply tuple a connection with original tuple
     /// `key` has when source-NATed to `nat`, prefetching its bucket (for
     /// [`free_nat`](Self::free_nat)).

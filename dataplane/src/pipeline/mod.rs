@@ -345,10 +345,10 @@ pub fn process_burst<F: Frames + ?Sized, T: Tracer>(
             Err(a) => *action = a,
         }
     }
-    // Stage 1b: conntrack, batched: hash every key (prefetching its index bucket), then
-    // prefetch the entries the buckets point to, so the burst's table misses overlap;
-    // then, packet by packet and in order, the lookup proper (owner, track, replies
-    // translated back).
+    // Stage 1b: conntrack, batched: hash every key, then packet by packet and in order
+    // the lookup proper (owner, track, replies translated back), with the index buckets
+    // and entries of the packets a few places on prefetched just before, so the burst's
+    // table misses overlap.
     if let Some(ct) = ct.as_deref_mut() {
         n_ok = ct::lookup_burst(
             snap,
