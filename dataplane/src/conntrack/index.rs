@@ -203,7 +203,10 @@ impl Index {
 
     /// The reference stored for a key with hash `h` for which `matches` is true. A key
     /// that is not there is usually told by its home bucket alone (no tag matches, no
-    /// overflow): that answer is inline, the probe proper is not.
+    /// overflow), before the probe proper. Both are inline: a call here, even one
+    /// never taken by established packets, made the burst lookup keep its values
+    /// across it (+28 instructions per established packet; inline, +24 per new
+    /// connection instead of +106).
     #[inline(always)]
     pub(super) fn find(&self, h: u64, matches: impl FnMut(u32) -> bool) -> Option<u32> {
         let b = &self.buckets[self.home(h)];
@@ -214,7 +217,7 @@ impl Index {
     }
 
     /// [`find`](Self::find)'s probe, from the home bucket on.
-    #[inline(never)]
+    #[inline(always)]
     fn probe(&self, h: u64, mut matches: impl FnMut(u32) -> bool) -> Option<u32> {
         let tag = Self::tag(h);
         let mut b = self.home(h);
