@@ -984,10 +984,15 @@ fn bench_new(c: &mut Criterion, samples: &Samples, baseline: bool) {
     g.finish();
 }
 
-fn median(v: &[f64]) -> f64 {
+/// The `q`-quantile of `v` (0.5: the median).
+fn quantile(v: &[f64], q: f64) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    v[((v.len() - 1) as f64 * q).round() as usize]
+}
+
+fn median(v: &[f64]) -> f64 {
+    quantile(v, 0.5)
 }
 
 fn main() {
@@ -1027,7 +1032,10 @@ fn main() {
     }
     c.final_summary();
 
-    println!("\nconntrack_path summary (median of criterion's samples, per packet):");
+    println!(
+        "\nconntrack_path summary (median of criterion's samples, per packet; p10: their \
+         10th percentile, the run's quieter moments on a shared machine):"
+    );
     let samples = samples.into_inner();
     for (name, v) in &samples {
         let Some((group, id)) = name.rsplit_once('/') else {
@@ -1035,7 +1043,11 @@ fn main() {
         };
         let ns = median(v);
         let off = samples.get(&format!("{group}/ct_off")).map(|o| median(o));
-        print!("  {group}/{id}: {ns:.1} ns, {:.2} Mpps", 1e3 / ns);
+        print!(
+            "  {group}/{id}: {ns:.1} ns, {:.2} Mpps (p10 {:.1} ns)",
+            1e3 / ns,
+            quantile(v, 0.1)
+        );
         match off {
             Some(o) if id == "ct_snat" => println!(" | ct on / ct off = {:.2}", o / ns),
             _ if id == "ct_nat_only" => println!(" (the conntrack and NAT stages alone)"),
