@@ -309,6 +309,17 @@ mod tests {
     use crate::flow::Family;
     use std::net::Ipv4Addr;
 
+    /// A two-bucket index (eight connections) with `keys` inserted, each key's reference
+    /// its position; and their hashes.
+    fn filled(seed: u64, keys: impl Iterator<Item = FlowKey>) -> (Index, Vec<u64>) {
+        let mut ix = Index::new(8, seed, &super::super::NoAdvice);
+        let hs: Vec<u64> = keys.map(|k| ix.hash(&k)).collect();
+        for (i, &h) in hs.iter().enumerate() {
+            assert!(ix.insert(h, i as u32));
+        }
+        (ix, hs)
+    }
+
     #[test]
     fn bucket_is_one_cache_line() {
         assert_eq!(std::mem::size_of::<Bucket>(), 64);
@@ -318,14 +329,11 @@ mod tests {
     fn overflow_chains_survive_deletes() {
         // One bucket for 4 connections: 10 slots; force every key into bucket 0's
         // chain by using a two-bucket index and many keys.
-        let mut ix = Index::new(8, 7, &super::super::NoAdvice);
-        let keys: Vec<FlowKey> = (0..16u16)
-            .map(|p| FlowKey::v4(0, 17, Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::LOCALHOST, p, 1))
-            .collect();
-        let hs: Vec<u64> = keys.iter().map(|k| ix.hash(k)).collect();
-        for (i, &h) in hs.iter().enumerate() {
-            assert!(ix.insert(h, i as u32));
-        }
+        let (mut ix, hs) = filled(
+            7,
+            (0..16u16)
+                .map(|p| FlowKey::v4(0, 17, Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::LOCALHOST, p, 1)),
+        );
         for (i, &h) in hs.iter().enumerate() {
             assert_eq!(ix.find(h, |r| r == i as u32), Some(i as u32));
         }
@@ -352,14 +360,12 @@ mod tests {
         // their home bucket.
         let mut in_next = 0;
         for seed in 0..8 {
-            let mut ix = Index::new(8, seed, &super::super::NoAdvice);
-            let keys: Vec<FlowKey> = (0..20u16)
-                .map(|p| FlowKey::v4(0, 6, Ipv4Addr::new(10, 0, 0, 2), Ipv4Addr::LOCALHOST, p, 9))
-                .collect();
-            let hs: Vec<u64> = keys.iter().map(|k| ix.hash(k)).collect();
-            for (i, &h) in hs.iter().enumerate() {
-                assert!(ix.insert(h, i as u32));
-            }
+            let (ix, hs) = filled(
+                seed,
+                (0..20u16).map(|p| {
+                    FlowKey::v4(0, 6, Ipv4Addr::new(10, 0, 0, 2), Ipv4Addr::LOCALHOST, p, 9)
+                }),
+            );
             for (i, &h) in hs.iter().enumerate() {
                 let home = &ix.buckets[ix.home(h)];
                 let tag_at_home = home.tags.contains(&Index::tag(h));

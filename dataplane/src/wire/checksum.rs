@@ -104,15 +104,13 @@ pub const fn update16(csum: u16, old: u16, new: u16) -> u16 {
 
 /// [`update16`] for a 32-bit field (two words at once).
 pub const fn update32(csum: u16, old: u32, new: u32) -> u16 {
-    let acc =
-        (!csum) as u32 + (!(old >> 16) & 0xFFFF) + (!old & 0xFFFF) + (new >> 16) + (new & 0xFFFF);
-    !fold(acc)
+    apply(csum, delta32(old, new))
 }
 
 /// What rewriting 32-bit field `old` to `new` adds to the complemented sum of every
 /// checksum covering it (at most `0x3FFFC`): for NAT, the IPv4 header checksum and the
-/// TCP/UDP checksum share it. [`apply`] turns it into the new checksum; with a port's
-/// `!old as u32 + new as u32` added it is [`update_addr_port_v4`]'s update.
+/// TCP/UDP checksum share it. [`apply`] turns it into the new checksum; a port's
+/// `!old as u32 + new as u32` can be added first (address and port in one fold).
 #[inline(always)]
 pub const fn delta32(old: u32, new: u32) -> u32 {
     (!(old >> 16) & 0xFFFF) + (!old & 0xFFFF) + (new >> 16) + (new & 0xFFFF)
@@ -130,21 +128,6 @@ pub const fn apply(csum: u16, delta: u32) -> u16 {
 #[inline(always)]
 pub fn update_addr_v4(csum: u16, old: Ipv4Addr, new: Ipv4Addr) -> u16 {
     update32(csum, u32::from(old), u32::from(new))
-}
-
-/// [`update_addr_v4`] then [`update16`] (an address and a port of a TCP or UDP
-/// header: NAT), in one fold. The same result: both are the value in `1..=0xFFFF`
-/// (or 0 only when everything summed is 0) congruent to the same sum modulo 0xFFFF.
-#[inline(always)]
-pub fn update_addr_port_v4(
-    csum: u16,
-    old: Ipv4Addr,
-    new: Ipv4Addr,
-    old_port: u16,
-    new_port: u16,
-) -> u16 {
-    let ports = u32::from(!old_port) + u32::from(new_port);
-    apply(csum, delta32(u32::from(old), u32::from(new)) + ports)
 }
 
 /// [`update16`] for an IPv6 address rewrite (eight words at once).
@@ -213,8 +196,11 @@ mod tests {
             } else {
                 (q >> 32) as u32
             });
+            // Both are the value in `1..=0xFFFF` (or 0 only when everything summed is
+            // 0) congruent to the same sum modulo 0xFFFF.
+            let ports = u32::from(!op) + u32::from(np);
             assert_eq!(
-                update_addr_port_v4(csum, old, new, op, np),
+                apply(csum, delta32(u32::from(old), u32::from(new)) + ports),
                 update16(update_addr_v4(csum, old, new), op, np),
                 "{csum:#x} {old} {new} {op} {np}"
             );
