@@ -1,6 +1,7 @@
-//! The per-worker connection table: a preallocated slab of 112-byte entries with a
-//! free list, the hash index over both tuples of every entry, per-timeout-class aging
-//! lists (intrusive, doubly linked, in expiry order), zone and table limits, counters.
+//! The per-worker connection table: preallocated entries (a 64-byte hot part, one cache
+//! line per packet, and a 48-byte cold part) with a free list, the hash index over both
+//! tuples of every entry, per-timeout-class aging lists (intrusive, doubly linked, in
+//! expiry order), zone and table limits, counters.
 
 use super::index::{Index, KeyHash, CONNS_PER_BUCKET, IN_NEXT, NO_CANDIDATE};
 use super::tcp::{self, Step, TcpState, TcpWindow, Window, NO_SCALES};
@@ -17,7 +18,7 @@ pub const MAX_ENTRIES: u32 = 1 << 26;
 /// "No entry" in links and the free list.
 const NIL: u32 = u32::MAX;
 
-// State codes (low nibble of `Entry::state`): 0..=8 are `TcpState`s.
+// State codes (low nibble of `Hot::state`): 0..=8 are `TcpState`s.
 const S_UDP_UNREPLIED: u8 = 9;
 const S_UDP_ASSURED: u8 = 10;
 const S_ICMP: u8 = 11;
@@ -36,64 +37,137 @@ const CLASSES: usize = 12;
 /// The timeout class of each state code.
 const CLASS: [u8; 16] = [0, 1, 2, 3, 4, 5, 6, 7, 0, 8, 9, 10, 11, 0, 0, 0];
 
-/// One connection. 112 bytes: the key, NAT and state (what a lookup reads) first.
+/// The part of a connection every packet of it reads and writes, in one cache line:
+/// the tuple (the low 32 bits of each address: all of an IPv4 address), NAT, state,
+/// deadline, ACL generation, TCP windows and the low bits of the counters. An
+/// established packet touches this line and its index bucket, nothing else.
 #[derive(Debug, Clone, Copy)]
-#[repr(C)]
-struct Entry {
-    /// The original-direction tuple; `key.network` is the zone.
-    key: FlowKey,
-    nat_addr: [u8; 4],
-    nat_port: u16,
+#[repr(C, align(64))]
+struct Hot {
+    /// The original direction's source and destination addresses, last 4 bytes.
+    src: [u8; 4],
+    dst: [u8; 4],
+    src_port: u16,
+    dst_port: u16,
+    /// The zone (the key's network).
+    zone: u16,
+    proto: u8,
     /// State code (low nibble) and flags.
     state: u8,
+    nat_addr: [u8; 4],
+    nat_port: u16,
     /// TCP window-scale shifts: original direction in the low nibble, reply in the
     /// high one (`0xF`: no option).
     scales: u8,
-    /// Aging-list links, or (`next`) the free list.
-    prev: u32,
-    next: u32,
+    /// The key's family (`Family as u8`), and `WIDE` when an address is not
+    /// IPv4-mapped (its first 12 bytes are in the cold part).
+    addr: u8,
     /// Deadline, in whole seconds of the caller's clock.
     expires: u32,
     /// Low 32 bits of the ACL generation (the table keeps the high bits).
     acl_gen: u32,
-    bytes: [u64; 2],
-    /// Packet counts modulo 2^32 (like VPP's sessions); bytes are 64-bit.
-    packets: [u32; 2],
     window: Window,
+    /// Per direction: the low 8 bits of the packet count (top byte) and the low 24
+    /// bits of the byte count; the carries go to [`Cold`].
+    counts: [u32; 2],
 }
 
-/// Bytes one connection costs: its entry plus its share of the hash index (the aging
-/// links are inside the entry).
-pub const BYTES_PER_CONNECTION: usize =
-    std::mem::size_of::<Entry>() + std::mem::size_of::<super::index::Bucket>() / CONNS_PER_BUCKET;
+/// The rest of a connection, touched when it is created, relinked in its aging list,
+/// freed, dumped, or when a counter carries: aging links (or the free list), the first
+/// 12 bytes of each address, the high bits of the counters.
+#[derive(Debug, Clone, Copy)]
+#[repr(C)]
+struct Cold {
+    /// Aging-list links, or (`next`) the free list.
+    prev: u32,
+    next: u32,
+    src_hi: [u8; 12],
+    dst_hi: [u8; 12],
+    /// Packet counts above the low 8 bits (40-bit counts).
+    packets_hi: [u32; 2],
+    /// Byte counts above the low 24 bits (56-bit counts).
+    bytes_hi: [u32; 2],
+}
 
-// The budget: at most 128 bytes per connection, all in.
+/// `Hot::addr`: an address of the key is not IPv4-mapped.
+const WIDE: u8 = 0x80;
+/// The first 12 bytes of an IPv4-mapped address.
+const MAPPED_HI: [u8; 12] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF];
+/// `Hot::counts`: the byte bits and the packet shift.
+const BYTES_LO: u32 = (1 << 24) - 1;
+const PACKETS_SHIFT: u32 = 24;
+
+/// Bytes one connection costs: its two parts plus its share of the hash index (the
+/// aging links are inside the cold part).
+pub const BYTES_PER_CONNECTION: usize = std::mem::size_of::<Hot>()
+    + std::mem::size_of::<Cold>()
+    + std::mem::size_of::<super::index::Bucket>() / CONNS_PER_BUCKET;
+
+// One cache line per packet, and the budget: at most 128 bytes per connection.
+const _: () = assert!(std::mem::size_of::<Hot>() == 64);
 const _: () = assert!(BYTES_PER_CONNECTION <= 128);
 
-const FREE_ENTRY: Entry = Entry {
-    key: FlowKey {
-        src: [0; 16],
-        dst: [0; 16],
-        src_port: 0,
-        dst_port: 0,
-        network: 0,
-        proto: 0,
-        family: Family::V4,
-    },
+const FREE_HOT: Hot = Hot {
+    src: [0; 4],
+    dst: [0; 4],
+    src_port: 0,
+    dst_port: 0,
+    zone: 0,
+    proto: 0,
+    state: S_FREE,
     nat_addr: [0; 4],
     nat_port: 0,
-    state: S_FREE,
     scales: NO_SCALES,
-    prev: NIL,
-    next: NIL,
+    addr: Family::V4 as u8,
     expires: 0,
     acl_gen: 0,
-    bytes: [0; 2],
-    packets: [0; 2],
     window: Window::ZERO,
+    counts: [0; 2],
 };
 
-impl Entry {
+const FREE_COLD: Cold = Cold {
+    prev: NIL,
+    next: NIL,
+    src_hi: MAPPED_HI,
+    dst_hi: MAPPED_HI,
+    packets_hi: [0; 2],
+    bytes_hi: [0; 2],
+};
+
+/// The first 12 bytes of an address as the high bits of a big-endian integer (the
+/// low 32 bits 0).
+#[inline(always)]
+fn hi128(hi: &[u8; 12]) -> u128 {
+    let [a, b, c, d, e, f, g, h, i, j, k, l] = *hi;
+    u128::from(u64::from_be_bytes([a, b, c, d, e, f, g, h])) << 64
+        | u128::from(u32::from_be_bytes([i, j, k, l])) << 32
+}
+
+/// [`hi128`] of an IPv4-mapped address.
+const MAPPED_HI128: u128 = 0xFFFF << 32;
+
+/// An address from its first 12 bytes (as [`hi128`]) and its last 4, as a big-endian
+/// integer.
+#[inline(always)]
+fn addr128(hi: u128, lo: [u8; 4]) -> u128 {
+    hi | u128::from(u32::from_be_bytes(lo))
+}
+
+/// `a`'s last 4 bytes.
+#[inline(always)]
+fn lo(a: &[u8; 16]) -> [u8; 4] {
+    [a[12], a[13], a[14], a[15]]
+}
+
+/// `a`'s first 12 bytes.
+#[inline(always)]
+fn hi(a: &[u8; 16]) -> [u8; 12] {
+    let mut h = [0; 12];
+    h.copy_from_slice(&a[..12]);
+    h
+}
+
+impl Hot {
     #[inline(always)]
     fn code(&self) -> u8 {
         self.state & CODE
@@ -104,56 +178,112 @@ impl Entry {
         self.code() == S_FREE
     }
 
-    /// [`ConnTable::track`] of a pure ACK on an ESTABLISHED connection: window
-    /// tracking, the replied flag, the counters (not the deadline).
     #[inline(always)]
-    fn established_ack(&mut self, dir: Dir, l4: &L4Info, len: u32) {
+    fn family(&self) -> Family {
+        if self.addr & !WIDE == Family::V6 as u8 {
+            Family::V6
+        } else {
+            Family::V4
+        }
+    }
+
+    #[inline(always)]
+    fn nat(&self) -> Option<Nat> {
+        (self.state & HAS_NAT != 0).then(|| Nat {
+            addr: Ipv4Addr::from(self.nat_addr),
+            port: self.nat_port,
+        })
+    }
+
+    /// Counts a packet of `len` bytes in direction `d`; false (nothing counted) when a
+    /// low count would carry: then [`ConnTable::count_carry`] counts it.
+    #[inline(always)]
+    fn count(&mut self, d: usize, len: u32) -> bool {
+        let c = self.counts[d];
+        if len > BYTES_LO - (c & BYTES_LO) || c >= 0xFF << PACKETS_SHIFT {
+            return false;
+        }
+        self.counts[d] = c + (1 << PACKETS_SHIFT) + len;
+        true
+    }
+
+    /// [`ConnTable::track`] of a pure ACK on an ESTABLISHED connection: window
+    /// tracking and the replied flag (not the counters or the deadline).
+    #[inline(always)]
+    fn established_ack(&mut self, dir: Dir, l4: &L4Info) {
         tcp::established_ack(dir, l4, &mut self.window, &mut self.scales);
         if dir == Dir::Reply {
             self.state |= REPLIED;
         }
-        let d = dir as usize;
-        self.packets[d] = self.packets[d].wrapping_add(1);
-        self.bytes[d] = self.bytes[d].wrapping_add(u64::from(len));
     }
 
-    /// The reply-direction tuple: reversed, with the NAT address (and port, or echo id
-    /// in both port fields for ICMP) as destination when source-NATed.
+    /// Whether `key` is the tuple of direction `dir & 1`, the first 12 bytes of the
+    /// original source and destination addresses being `src_hi` and `dst_hi` (as
+    /// [`hi128`]; the reply direction compared field by field, equal to building the
+    /// reply tuple and comparing).
     #[inline(always)]
-    fn reply_key(&self) -> FlowKey {
-        let nat = (self.state & HAS_NAT != 0).then(|| Nat {
-            addr: Ipv4Addr::from(self.nat_addr),
-            port: self.nat_port,
-        });
-        reply_tuple(&self.key, nat)
-    }
-
-    /// Whether `key` is the tuple of direction `dir & 1` (the reply direction compared
-    /// field by field, equal to `self.reply_key() == *key` without building it).
-    #[inline(always)]
-    fn matches(&self, dir: u32, key: &FlowKey) -> bool {
-        let k = &self.key;
+    fn matches(&self, dir: u32, key: &FlowKey, src_hi: u128, dst_hi: u128) -> bool {
+        let src = addr128(src_hi, self.src);
+        let dst = addr128(dst_hi, self.dst);
+        let same = (key.network == self.zone)
+            & (key.proto == self.proto)
+            & (key.family as u8 == self.addr & !WIDE);
         if dir & 1 == 0 {
-            return *k == *key;
+            return same
+                & (u128::from_be_bytes(key.src) == src)
+                & (u128::from_be_bytes(key.dst) == dst)
+                & (key.src_port == self.src_port)
+                & (key.dst_port == self.dst_port);
         }
-        let (dst, dst_port, src_port) = if self.state & HAS_NAT != 0 {
+        let (to, to_port, from_port) = if self.state & HAS_NAT != 0 {
             let mapped = 0xFFFF_u128 << 32 | u128::from(u32::from_be_bytes(self.nat_addr));
-            let src_port = if is_icmp(k.proto) {
+            let from_port = if is_icmp(self.proto) {
                 self.nat_port
             } else {
-                k.dst_port
+                self.dst_port
             };
-            (mapped, self.nat_port, src_port)
+            (mapped, self.nat_port, from_port)
         } else {
-            (u128::from_be_bytes(k.src), k.src_port, k.dst_port)
+            (src, self.src_port, self.dst_port)
         };
-        (u128::from_ne_bytes(key.src) == u128::from_ne_bytes(k.dst))
-            & (u128::from_be_bytes(key.dst) == dst)
-            & (key.src_port == src_port)
-            & (key.dst_port == dst_port)
-            & (key.network == k.network)
-            & (key.proto == k.proto)
-            & (key.family == k.family)
+        same & (u128::from_be_bytes(key.src) == dst)
+            & (u128::from_be_bytes(key.dst) == to)
+            & (key.src_port == from_port)
+            & (key.dst_port == to_port)
+    }
+}
+
+impl Cold {
+    /// Direction `d`'s counts, given the hot part's low bits.
+    #[inline]
+    fn counts(&self, hot: &Hot, d: usize) -> (u64, u64) {
+        let c = hot.counts[d];
+        (
+            u64::from(self.packets_hi[d]) << 8 | u64::from(c >> PACKETS_SHIFT),
+            u64::from(self.bytes_hi[d]) << 24 | u64::from(c & BYTES_LO),
+        )
+    }
+}
+
+/// The original-direction tuple of a connection.
+#[inline]
+fn key_of(h: &Hot, c: &Cold) -> FlowKey {
+    let (src, dst) = if h.addr & WIDE != 0 {
+        (
+            addr128(hi128(&c.src_hi), h.src),
+            addr128(hi128(&c.dst_hi), h.dst),
+        )
+    } else {
+        (addr128(MAPPED_HI128, h.src), addr128(MAPPED_HI128, h.dst))
+    };
+    FlowKey {
+        src: src.to_be_bytes(),
+        dst: dst.to_be_bytes(),
+        src_port: h.src_port,
+        dst_port: h.dst_port,
+        network: h.zone,
+        proto: h.proto,
+        family: h.family(),
     }
 }
 
@@ -180,7 +310,11 @@ pub struct CtStats {
 /// A read-only view of one connection.
 #[derive(Clone, Copy)]
 pub struct ConnView<'a> {
-    e: &'a Entry,
+    h: &'a Hot,
+    /// The table's cold parts and the entry's number: found only when asked for (the
+    /// packet path reads the hot part alone).
+    cold: &'a [Cold],
+    i: usize,
     acl_latest: u64,
 }
 
@@ -196,24 +330,36 @@ impl std::fmt::Debug for ConnView<'_> {
 }
 
 impl ConnView<'_> {
+    fn c(&self) -> &Cold {
+        &self.cold[self.i]
+    }
+
     /// The original-direction tuple.
     pub fn key(&self) -> FlowKey {
-        self.e.key
+        key_of(self.h, self.c())
+    }
+
+    /// The original direction's source address and port when it is IPv4 (as for every
+    /// source-NATed connection), from the hot part alone — what translating a reply
+    /// back needs.
+    #[inline(always)]
+    pub fn source_v4(&self) -> Option<(Ipv4Addr, u16)> {
+        (self.h.addr == Family::V4 as u8).then(|| (Ipv4Addr::from(self.h.src), self.h.src_port))
     }
 
     /// The tuple reply packets carry (after SNAT: from the original destination to
     /// the NAT address and port).
     pub fn reply_key(&self) -> FlowKey {
-        self.e.reply_key()
+        reply_tuple(&self.key(), self.nat())
     }
 
     /// The zone (network).
     pub fn zone(&self) -> u16 {
-        self.e.key.network
+        self.h.zone
     }
 
     pub fn state(&self) -> ConnState {
-        match self.e.code() {
+        match self.h.code() {
             S_UDP_UNREPLIED => ConnState::UdpUnreplied,
             S_UDP_ASSURED => ConnState::UdpAssured,
             S_ICMP => ConnState::IcmpEcho,
@@ -223,19 +369,16 @@ impl ConnView<'_> {
 
     /// Whether a reply-direction packet was seen.
     pub fn replied(&self) -> bool {
-        self.e.state & REPLIED != 0
+        self.h.state & REPLIED != 0
     }
 
     pub fn nat(&self) -> Option<Nat> {
-        (self.e.state & HAS_NAT != 0).then(|| Nat {
-            addr: Ipv4Addr::from(self.e.nat_addr),
-            port: self.e.nat_port,
-        })
+        self.h.nat()
     }
 
     /// When the connection times out unless refreshed (whole seconds).
     pub fn expires_at(&self) -> Millis {
-        Millis::from(self.e.expires) * 1000
+        Millis::from(self.h.expires) * 1000
     }
 
     /// Time left at `now` (0 once due).
@@ -243,33 +386,35 @@ impl ConnView<'_> {
         self.expires_at().saturating_sub(now)
     }
 
-    /// Packets seen in a direction (modulo 2^32).
+    /// Packets seen in a direction (modulo 2^40).
     pub fn packets(&self, dir: Dir) -> u64 {
-        u64::from(self.e.packets[dir as usize])
+        self.c().counts(self.h, dir as usize).0
     }
 
-    /// Bytes seen in a direction.
+    /// Bytes seen in a direction (modulo 2^56).
     pub fn bytes(&self, dir: Dir) -> u64 {
-        self.e.bytes[dir as usize]
+        self.c().counts(self.h, dir as usize).1
     }
 
     /// The ACL generation the connection was last checked in. Exact as long as it is
     /// less than 2^32 generations older than the newest the table was given.
     pub fn acl_generation(&self) -> u64 {
-        let back = (self.acl_latest as u32).wrapping_sub(self.e.acl_gen);
+        let back = (self.acl_latest as u32).wrapping_sub(self.h.acl_gen);
         self.acl_latest.wrapping_sub(u64::from(back))
     }
 
     /// TCP window tracking of a direction (`None` for other protocols).
     pub fn tcp_window(&self, dir: Dir) -> Option<TcpWindow> {
         matches!(self.state(), ConnState::Tcp(_))
-            .then(|| self.e.window.view(self.e.scales, dir as usize))
+            .then(|| self.h.window.view(self.h.scales, dir as usize))
     }
 }
 
 /// One worker's connections. All memory is allocated by [`ConnTable::new`].
 pub struct ConnTable {
-    entries: Vec<Entry>,
+    /// The entries' hot and cold parts, by entry number.
+    hot: Vec<Hot>,
+    cold: Vec<Cold>,
     index: Index,
     free: u32,
     len: u32,
@@ -290,7 +435,7 @@ impl std::fmt::Debug for ConnTable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ConnTable")
             .field("len", &self.len)
-            .field("capacity", &self.entries.len())
+            .field("capacity", &self.hot.len())
             .field("stats", &self.stats)
             .finish_non_exhaustive()
     }
@@ -363,13 +508,13 @@ fn deadline(now: Millis, timeout: u32) -> u32 {
 /// ([`ConnTable::prefetch_ahead`]). The distances that hid the most of the
 /// misses at a million connections: all of a burst's prefetches at once overflow the
 /// core's outstanding-miss slots and the later ones wait; one at a time leaves each
-/// miss exposed.
-pub const BUCKET_AHEAD: usize = 8;
+/// miss exposed. (With one cache line per entry, 16/8 beat 8/4, 12/6 and 24/12.)
+pub const BUCKET_AHEAD: usize = 16;
 /// See [`BUCKET_AHEAD`].
-pub const ENTRY_AHEAD: usize = 4;
+pub const ENTRY_AHEAD: usize = 8;
 /// How many keys ahead the entry of a key stored past its home bucket is prefetched
 /// (its next bucket was prefetched at [`ENTRY_AHEAD`]).
-pub const OVERFLOW_AHEAD: usize = 2;
+pub const OVERFLOW_AHEAD: usize = 4;
 
 impl ConnTable {
     /// A table with room for `cfg.max_entries` connections, hash seeded at random.
@@ -387,8 +532,9 @@ impl ConnTable {
     /// would otherwise also miss the TLB).
     pub fn with_seed_in(cfg: &CtConfig, seed: u64, advice: &impl MemoryAdvice) -> ConnTable {
         let max = cfg.max_entries.min(MAX_ENTRIES);
-        let mut entries = preallocated(max as usize, FREE_ENTRY, advice);
-        for (i, e) in entries.iter_mut().enumerate() {
+        let hot = preallocated(max as usize, FREE_HOT, advice);
+        let mut cold = preallocated(max as usize, FREE_COLD, advice);
+        for (i, e) in cold.iter_mut().enumerate() {
             e.next = if i + 1 < max as usize {
                 i as u32 + 1
             } else {
@@ -397,7 +543,8 @@ impl ConnTable {
         }
         let t = &cfg.timeouts;
         ConnTable {
-            entries,
+            hot,
+            cold,
             index: Index::new(max as usize, seed, advice),
             free: if max == 0 { NIL } else { 0 },
             len: 0,
@@ -433,12 +580,13 @@ impl ConnTable {
 
     /// Connections it can hold.
     pub fn capacity(&self) -> usize {
-        self.entries.len()
+        self.hot.len()
     }
 
     /// Bytes allocated for entries and the index (without the per-zone counts).
     pub fn memory_bytes(&self) -> usize {
-        self.entries.len() * std::mem::size_of::<Entry>() + self.index.memory_bytes()
+        self.hot.len() * (std::mem::size_of::<Hot>() + std::mem::size_of::<Cold>())
+            + self.index.memory_bytes()
     }
 
     /// Connections tracked.
@@ -563,11 +711,8 @@ impl ConnTable {
 
     #[inline(always)]
     fn prefetch_ref(&self, r: u32) {
-        if let Some(e) = self.entries.get((r >> 1) as usize) {
-            // 112 bytes span two or three cache lines: one field in each.
-            prefetch(&e.key);
-            prefetch(&e.bytes);
-            prefetch(&e.window);
+        if let Some(e) = self.hot.get((r >> 1) as usize) {
+            prefetch(e);
         }
     }
 
@@ -577,14 +722,13 @@ impl ConnTable {
     /// at most one connection); otherwise the index is probed.
     #[inline]
     pub fn lookup_hashed(&self, key: &FlowKey, h: KeyHash) -> Option<(ConnId, Dir)> {
-        let entries = &self.entries;
-        if let Some(e) = entries.get((h.cand >> 1) as usize) {
-            if !e.is_free() && e.matches(h.cand, key) {
+        if let Some(e) = self.hot.get((h.cand >> 1) as usize) {
+            if !e.is_free() && self.matches_at(e, h.cand, key) {
                 return Some((ConnId(h.cand >> 1), Dir::from_bit(h.cand)));
             }
         }
         self.index
-            .find(h.h, |r| entries[(r >> 1) as usize].matches(r, key))
+            .find(h.h, |r| self.matches(r, key))
             .map(|r| (ConnId(r >> 1), Dir::from_bit(r)))
     }
 
@@ -652,12 +796,9 @@ impl ConnTable {
             self.index.hash(&reply_tuple(key, Some(nat))),
             "hash_nat of this tuple"
         );
-        let entries = &self.entries;
         // The tuple is only built when a tag matches (the probe proper).
         self.index
-            .find(h.h, |r| {
-                entries[(r >> 1) as usize].matches(r, &reply_tuple(key, Some(nat)))
-            })
+            .find(h.h, |r| self.matches(r, &reply_tuple(key, Some(nat))))
             .is_none()
             .then_some(FreeNat {
                 nat,
@@ -761,17 +902,13 @@ impl ConnTable {
             _ => S_OTHER,
         };
 
-        let entries = &self.entries;
-        let clash = self
-            .index
-            .find(h, |r| entries[(r >> 1) as usize].matches(r, key))
-            .is_some()
+        let clash = self.index.find(h, |r| self.matches(r, key)).is_some()
             || match nat {
                 Some(n) if n.inserts == self.stats.inserts => false,
                 _ => {
                     let reply_key = reply_tuple(key, nat.map(|n| n.nat));
                     self.index
-                        .find(reply, |r| entries[(r >> 1) as usize].matches(r, &reply_key))
+                        .find(reply, |r| self.matches(r, &reply_key))
                         .is_some()
                 }
             };
@@ -783,9 +920,22 @@ impl ConnTable {
         let id = self.free;
         let class = CLASS[usize::from(code)];
         let expires = deadline(now, self.timeouts[usize::from(class)]);
-        let slot = &mut self.entries[id as usize];
-        self.free = slot.next;
-        slot.key = *key;
+        let cold = &mut self.cold[id as usize];
+        self.free = cold.next;
+        let (src_hi, dst_hi) = (hi(&key.src), hi(&key.dst));
+        cold.src_hi = src_hi;
+        cold.dst_hi = dst_hi;
+        cold.packets_hi = [0; 2];
+        cold.bytes_hi = [0; 2];
+        let wide = src_hi != MAPPED_HI || dst_hi != MAPPED_HI;
+        let slot = &mut self.hot[id as usize];
+        slot.src = lo(&key.src);
+        slot.dst = lo(&key.dst);
+        slot.src_port = key.src_port;
+        slot.dst_port = key.dst_port;
+        slot.zone = key.network;
+        slot.proto = key.proto;
+        slot.addr = key.family as u8 | if wide { WIDE } else { 0 };
         match nat {
             Some(n) => {
                 slot.nat_addr = n.nat.addr.octets();
@@ -801,9 +951,9 @@ impl ConnTable {
         slot.scales = scales;
         slot.expires = expires;
         slot.acl_gen = acl_generation as u32;
-        slot.bytes = [u64::from(len), 0];
-        slot.packets = [1, 0];
+        slot.counts = [0; 2];
         slot.window = window;
+        self.count(id as usize, 0, len);
         let placed = self.index.insert(h, id << 1) && self.index.insert(reply, id << 1 | 1);
         debug_assert!(placed, "the index has room for every entry's two keys");
         self.push_tail(id, class);
@@ -827,7 +977,7 @@ impl ConnTable {
         now: Millis,
     ) -> TrackVerdict {
         let i = id.0 as usize;
-        let Some(e) = self.entries.get_mut(i) else {
+        let Some(e) = self.hot.get_mut(i) else {
             self.stats.invalid += 1;
             return TrackVerdict::Invalid;
         };
@@ -837,8 +987,11 @@ impl ConnTable {
             // The common case, taken straight: valid, still ESTABLISHED, refreshed. One
             // copy per direction, so that the window's fields are at fixed offsets.
             match dir {
-                Dir::Original => e.established_ack(Dir::Original, l4, len),
-                Dir::Reply => e.established_ack(Dir::Reply, l4, len),
+                Dir::Original => e.established_ack(Dir::Original, l4),
+                Dir::Reply => e.established_ack(Dir::Reply, l4),
+            }
+            if !e.count(d, len) {
+                self.count_carry(i, d, len);
             }
             let class = CLASS[usize::from(old)];
             self.retime(id.0, class, class, now);
@@ -873,12 +1026,49 @@ impl ConnTable {
         if dir == Dir::Reply {
             e.state |= REPLIED;
         }
-        e.packets[d] = e.packets[d].wrapping_add(1);
-        e.bytes[d] = e.bytes[d].wrapping_add(u64::from(len));
+        self.count(i, d, len);
         if refresh {
             self.retime(id.0, CLASS[usize::from(old)], CLASS[usize::from(new)], now);
         }
         TrackVerdict::Accept
+    }
+
+    /// Counts a packet of `len` bytes in direction `d` of entry `i`: in its hot part,
+    /// carrying into the cold part once in 256 packets (or 16 MiB).
+    #[inline(always)]
+    fn count(&mut self, i: usize, d: usize, len: u32) {
+        if !self.hot[i].count(d, len) {
+            self.count_carry(i, d, len);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn count_carry(&mut self, i: usize, d: usize, len: u32) {
+        let (h, c) = (&mut self.hot[i], &mut self.cold[i]);
+        let (packets, bytes) = c.counts(h, d);
+        let (packets, bytes) = (packets.wrapping_add(1), bytes.wrapping_add(u64::from(len)));
+        c.packets_hi[d] = (packets >> 8) as u32;
+        c.bytes_hi[d] = (bytes >> 24) as u32;
+        h.counts[d] = ((packets as u32) << PACKETS_SHIFT) | (bytes as u32 & BYTES_LO);
+    }
+
+    /// Whether entry `r >> 1` holds `key` in direction `r & 1`.
+    #[inline(always)]
+    fn matches(&self, r: u32, key: &FlowKey) -> bool {
+        self.matches_at(&self.hot[(r >> 1) as usize], r, key)
+    }
+
+    /// [`matches`](Self::matches) with the entry's hot part at hand: the cold part is
+    /// only read for addresses that are not IPv4-mapped.
+    #[inline(always)]
+    fn matches_at(&self, e: &Hot, r: u32, key: &FlowKey) -> bool {
+        if e.addr & WIDE == 0 {
+            e.matches(r, key, MAPPED_HI128, MAPPED_HI128)
+        } else {
+            let c = &self.cold[(r >> 1) as usize];
+            e.matches(r, key, hi128(&c.src_hi), hi128(&c.dst_hi))
+        }
     }
 
     /// Sets entry `i`'s deadline for its (new) class; moves it to the tail of that
@@ -887,7 +1077,7 @@ impl ConnTable {
     #[inline(always)]
     fn retime(&mut self, i: u32, old_class: u8, class: u8, now: Millis) {
         let exp = deadline(now, self.timeouts[usize::from(class)]);
-        let e = &mut self.entries[i as usize];
+        let e = &mut self.hot[i as usize];
         if old_class == class && (e.expires == exp || self.tails[usize::from(class)] == i) {
             e.expires = exp;
             return;
@@ -901,18 +1091,18 @@ impl ConnTable {
     fn unlink(&mut self, i: u32, class: u8) {
         let c = usize::from(class);
         let (p, n) = {
-            let e = &self.entries[i as usize];
+            let e = &self.cold[i as usize];
             (e.prev, e.next)
         };
         if p == NIL {
             self.heads[c] = n;
         } else {
-            self.entries[p as usize].next = n;
+            self.cold[p as usize].next = n;
         }
         if n == NIL {
             self.tails[c] = p;
         } else {
-            self.entries[n as usize].prev = p;
+            self.cold[n as usize].prev = p;
         }
     }
 
@@ -921,42 +1111,41 @@ impl ConnTable {
         let c = usize::from(class);
         let t = self.tails[c];
         {
-            let e = &mut self.entries[i as usize];
+            let e = &mut self.cold[i as usize];
             e.prev = t;
             e.next = NIL;
         }
         if t == NIL {
             self.heads[c] = i;
         } else {
-            self.entries[t as usize].next = i;
+            self.cold[t as usize].next = i;
         }
         self.tails[c] = i;
     }
 
     /// Frees a live entry: aging list, index, counts, free list.
     fn release(&mut self, i: u32) {
-        let e = self.entries[i as usize];
-        self.unlink(i, CLASS[usize::from(e.code())]);
-        let found = self.index.remove(self.index.hash(&e.key), i << 1)
+        let (h, c) = (self.hot[i as usize], self.cold[i as usize]);
+        self.unlink(i, CLASS[usize::from(h.code())]);
+        let key = key_of(&h, &c);
+        let found = self.index.remove(self.index.hash(&key), i << 1)
             && self
                 .index
-                .remove(self.index.hash(&e.reply_key()), i << 1 | 1);
+                .remove(self.index.hash(&reply_tuple(&key, h.nat())), i << 1 | 1);
         debug_assert!(found, "a live entry is indexed under both tuples");
-        self.zone_len[usize::from(e.key.network)] -= 1;
+        self.zone_len[usize::from(h.zone)] -= 1;
         self.len -= 1;
-        let slot = &mut self.entries[i as usize];
-        *slot = FREE_ENTRY;
-        slot.next = self.free;
+        self.hot[i as usize] = FREE_HOT;
+        self.cold[i as usize] = Cold {
+            next: self.free,
+            ..FREE_COLD
+        };
         self.free = i;
     }
 
     /// Removes a connection (no-op for a free slot).
     pub fn remove(&mut self, id: ConnId) {
-        if self
-            .entries
-            .get(id.0 as usize)
-            .is_some_and(|e| !e.is_free())
-        {
+        if self.hot.get(id.0 as usize).is_some_and(|e| !e.is_free()) {
             self.release(id.0);
             self.stats.removals += 1;
         }
@@ -965,13 +1154,15 @@ impl ConnTable {
     /// Removes the connections for which `f` is true; returns how many (for flushes).
     pub fn remove_matching(&mut self, mut f: impl FnMut(ConnId, ConnView<'_>) -> bool) -> usize {
         let mut n = 0;
-        for i in 0..self.entries.len() as u32 {
-            let e = &self.entries[i as usize];
-            if !e.is_free()
+        for i in 0..self.hot.len() as u32 {
+            let h = &self.hot[i as usize];
+            if !h.is_free()
                 && f(
                     ConnId(i),
                     ConnView {
-                        e,
+                        h,
+                        cold: &self.cold,
+                        i: i as usize,
                         acl_latest: self.acl_latest,
                     },
                 )
@@ -997,7 +1188,7 @@ impl ConnTable {
                     return done;
                 }
                 let h = self.heads[c];
-                if h == NIL || Millis::from(self.entries[h as usize].expires) * 1000 > now {
+                if h == NIL || Millis::from(self.hot[h as usize].expires) * 1000 > now {
                     break;
                 }
                 self.release(h);
@@ -1010,18 +1201,18 @@ impl ConnTable {
 
     /// A connection, or `None` for a free slot.
     pub fn get(&self, id: ConnId) -> Option<ConnView<'_>> {
-        self.entries
-            .get(id.0 as usize)
-            .filter(|e| !e.is_free())
-            .map(|e| ConnView {
-                e,
-                acl_latest: self.acl_latest,
-            })
+        let i = id.0 as usize;
+        self.hot.get(i).filter(|h| !h.is_free()).map(|h| ConnView {
+            h,
+            cold: &self.cold,
+            i,
+            acl_latest: self.acl_latest,
+        })
     }
 
     /// Records the ACL generation a connection was (re-)checked in.
     pub fn set_acl_generation(&mut self, id: ConnId, generation: u64) {
-        if let Some(e) = self.entries.get_mut(id.0 as usize).filter(|e| !e.is_free()) {
+        if let Some(e) = self.hot.get_mut(id.0 as usize).filter(|e| !e.is_free()) {
             e.acl_gen = generation as u32;
             self.acl_latest = self.acl_latest.max(generation);
         }
@@ -1030,11 +1221,20 @@ impl ConnTable {
     /// All connections, in slot order.
     pub fn iter(&self) -> impl Iterator<Item = (ConnId, ConnView<'_>)> {
         let acl_latest = self.acl_latest;
-        self.entries
+        let cold = &self.cold;
+        self.hot
             .iter()
             .enumerate()
-            .filter(|(_, e)| !e.is_free())
-            .map(move |(i, e)| (ConnId(i as u32), ConnView { e, acl_latest }))
+            .filter(|(_, h)| !h.is_free())
+            .map(move |(i, h)| {
+                let view = ConnView {
+                    h,
+                    cold,
+                    i,
+                    acl_latest,
+                };
+                (ConnId(i as u32), view)
+            })
     }
 }
 
@@ -1044,7 +1244,9 @@ mod tests {
 
     #[test]
     fn bytes_per_connection() {
-        assert_eq!(std::mem::size_of::<Entry>(), 112);
+        assert_eq!(std::mem::size_of::<Hot>(), 64);
+        assert_eq!(std::mem::align_of::<Hot>(), 64);
+        assert_eq!(std::mem::size_of::<Cold>(), 48);
         assert_eq!(BYTES_PER_CONNECTION, 128);
         let cfg = CtConfig {
             max_entries: 1 << 16,
@@ -1054,21 +1256,41 @@ mod tests {
         assert_eq!(t.memory_bytes() / t.capacity(), BYTES_PER_CONNECTION);
     }
 
-    /// `matches` in the reply direction compares field by field: the same answer as
-    /// building the reply tuple, for NATed or not, TCP/UDP/ICMP/other, and keys that
-    /// differ from the reply tuple in any one field.
+    /// `matches` compares field by field, the reply direction without building the
+    /// reply tuple: the same answer as comparing with the entry's tuples, for NATed or
+    /// not, TCP/UDP/ICMP/other, IPv4, IPv6 (IPv4-mapped or not, so with the addresses'
+    /// first bytes in the cold part or not), and keys that differ from a tuple in any one
+    /// field.
     #[test]
-    fn reply_match_equals_reply_key() {
+    fn match_equals_tuples() {
+        let cfg = CtConfig {
+            max_entries: 4,
+            ..CtConfig::default()
+        };
+        let mut t = ConnTable::with_seed(&cfg, 11);
         let mut seed = 0x1234_5678_9abc_def0_u64;
         let mut rnd = move || splitmix_test(&mut seed);
+        let syn = L4Info {
+            tcp_flags: super::super::tcp_flags::SYN,
+            ..L4Info::NONE
+        };
+        let mut wide = 0;
         for _ in 0..20_000 {
             let r = rnd();
             let proto = [6u8, 17, 1, 58, 47][(r % 5) as usize];
-            let v6 = r & 0x100 != 0;
-            let key = if v6 {
+            let key = if r & 0x100 != 0 {
+                let mut addr = || {
+                    let a = rnd() as u128 | u128::from(rnd()) << 64;
+                    // Some IPv6 addresses in the IPv4-mapped range.
+                    if rnd() % 4 == 0 {
+                        (0xFFFF_u128 << 32 | a & 0xFFFF_FFFF).to_be_bytes()
+                    } else {
+                        a.to_be_bytes()
+                    }
+                };
                 FlowKey {
-                    src: (rnd() as u128 | u128::from(rnd()) << 64).to_be_bytes(),
-                    dst: (rnd() as u128 | u128::from(rnd()) << 64).to_be_bytes(),
+                    src: addr(),
+                    dst: addr(),
                     src_port: rnd() as u16,
                     dst_port: rnd() as u16,
                     network: (rnd() % 3) as u16,
@@ -1085,18 +1307,22 @@ mod tests {
                     rnd() as u16 % 4,
                 )
             };
-            let mut e = Entry { key, ..FREE_ENTRY };
-            e.state = 1 | if r & 0x200 != 0 { HAS_NAT } else { 0 };
-            e.nat_addr = (rnd() as u32 % 4).to_be_bytes();
-            e.nat_port = rnd() as u16 % 4;
-            let reply = e.reply_key();
-            assert!(e.matches(1, &reply));
-            assert!(e.matches(0, &key));
-            // The reply tuple with one field changed (often to another plausible one).
-            for field in 0..8 {
-                let mut k = reply;
+            let nat = (r & 0x200 != 0).then(|| Nat {
+                addr: Ipv4Addr::from(rnd() as u32 % 4),
+                port: rnd() as u16 % 4,
+            });
+            let id = t.insert(&key, &syn, 60, nat, 0, 0).expect("room").0;
+            let e = t.get(ConnId(id)).expect("live");
+            assert_eq!((e.key(), e.nat()), (key, nat));
+            let reply = reply_tuple(&key, nat);
+            wide += usize::from(t.hot[id as usize].addr & WIDE != 0);
+            assert!(t.matches(id << 1 | 1, &reply));
+            assert!(t.matches(id << 1, &key));
+            // A tuple with one field changed (often to another plausible one).
+            for field in 0..16 {
+                let mut k = if field < 8 { reply } else { key };
                 let x = rnd();
-                match field {
+                match field % 8 {
                     0 => k.src[(x % 16) as usize] ^= 1 << ((x >> 8) % 8),
                     1 => k.dst[(x % 16) as usize] ^= 1 << ((x >> 8) % 8),
                     2 => k.src_port = x as u16 % 4,
@@ -1104,12 +1330,18 @@ mod tests {
                     4 => k.network = (x % 3) as u16,
                     5 => k.proto = [6u8, 17, 1, 58][(x % 4) as usize],
                     6 => k.family = if x & 1 == 0 { Family::V4 } else { Family::V6 },
-                    _ => k = key,
+                    _ => k = if field < 8 { key } else { reply },
                 }
-                assert_eq!(e.matches(1, &k), reply == k, "{e:?} {k:?}");
-                assert_eq!(e.matches(0, &k), key == k);
+                assert_eq!(
+                    t.matches(id << 1 | 1, &k),
+                    reply == k,
+                    "{key:?} {nat:?} {k:?}"
+                );
+                assert_eq!(t.matches(id << 1, &k), key == k, "{key:?} {k:?}");
             }
+            t.remove(ConnId(id));
         }
+        assert!(wide > 5_000, "{wide}");
     }
 
     fn splitmix_test(state: &mut u64) -> u64 {
@@ -1129,7 +1361,10 @@ mod tests {
         );
         assert_eq!(a.acl_latest, b.acl_latest);
         assert_eq!(a.zone_len, b.zone_len);
-        for (x, y) in a.entries.iter().zip(&b.entries) {
+        for (x, y) in a.hot.iter().zip(&b.hot) {
+            assert_eq!(format!("{x:?}"), format!("{y:?}"));
+        }
+        for (x, y) in a.cold.iter().zip(&b.cold) {
             assert_eq!(format!("{x:?}"), format!("{y:?}"));
         }
         assert_eq!(format!("{:?}", a.index), format!("{:?}", b.index));
@@ -1298,6 +1533,54 @@ mod tests {
         }
     }
 
+    /// The counters' low bits live in the hot part and carry into the cold part: the
+    /// counts stay exact across carries of either (every 256 packets, every 16 MiB),
+    /// in both directions, for packets of any length.
+    #[test]
+    fn counters_carry_exactly() {
+        let cfg = CtConfig {
+            max_entries: 4,
+            ..CtConfig::default()
+        };
+        let mut t = ConnTable::with_seed(&cfg, 2);
+        let k = FlowKey::v4(
+            1,
+            17,
+            Ipv4Addr::new(10, 0, 0, 1),
+            Ipv4Addr::new(8, 8, 8, 8),
+            5353,
+            53,
+        );
+        let id = t.insert(&k, &L4Info::NONE, 60, None, 0, 0).expect("room");
+        let mut want = [(1_u64, 60_u64), (0, 0)];
+        let mut seed = 3_u64;
+        for n in 0..5_000u64 {
+            let r = splitmix_test(&mut seed);
+            let len = match r % 8 {
+                0 => (1 << 24) - 1,
+                1 => (1 << 24) + (r >> 40) as u32,
+                2 => u32::MAX,
+                _ => (r >> 48) as u32,
+            };
+            let dir = if r & 0x100 == 0 {
+                Dir::Original
+            } else {
+                Dir::Reply
+            };
+            let w = &mut want[dir as usize];
+            *w = (w.0 + 1, w.1 + u64::from(len));
+            assert_eq!(
+                t.track(id, dir, &L4Info::NONE, len, n),
+                TrackVerdict::Accept
+            );
+            let v = t.get(id).expect("live");
+            for d in [Dir::Original, Dir::Reply] {
+                assert_eq!((v.packets(d), v.bytes(d)), want[d as usize], "after {n}");
+            }
+        }
+        assert!(want[0].1 > 1 << 40 && want[1].0 > 2_000, "{want:?}");
+    }
+
     #[test]
     fn aging_lists_stay_in_deadline_order() {
         let cfg = CtConfig {
@@ -1332,13 +1615,13 @@ mod tests {
             let mut prev = NIL;
             let mut last = 0;
             while i != NIL {
-                let e = &t.entries[i as usize];
-                assert_eq!(e.prev, prev);
+                let (e, l) = (&t.hot[i as usize], &t.cold[i as usize]);
+                assert_eq!(l.prev, prev);
                 assert!(e.expires >= last);
                 assert_eq!(usize::from(CLASS[usize::from(e.code())]), c);
                 last = e.expires;
                 prev = i;
-                i = e.next;
+                i = l.next;
             }
             assert_eq!(t.tails[c], prev);
         }

@@ -325,9 +325,7 @@ fn lookup_into<T: Tracer>(
             }
         );
         let nat = conn.nat();
-        if let (Dir::Reply, Some(nat)) = (dir, nat) {
-            let orig = conn.key();
-            let (addr, port) = (Ipv4Addr::from(orig.src_v4()), orig.src_port);
+        if let (Dir::Reply, Some(nat), Some((addr, port))) = (dir, nat, conn.source_v4()) {
             if !rewrite::rewrite(
                 frame,
                 parsed.l3_offset,
