@@ -60,7 +60,8 @@ struct Hot {
     /// high one (`0xF`: no option).
     scales: u8,
     /// The key's family (`Family as u8`), and `WIDE` when an address is not
-    /// IPv4-mapped (its first 12 bytes are in the cold part).
+    /// IPv4-mapped (its first 12 bytes are in the cold part); 0 in a free entry, so
+    /// that no key matches one.
     addr: u8,
     /// Deadline, in whole seconds of the caller's clock.
     expires: u32,
@@ -118,7 +119,7 @@ const FREE_HOT: Hot = Hot {
     nat_addr: [0; 4],
     nat_port: 0,
     scales: NO_SCALES,
-    addr: Family::V4 as u8,
+    addr: 0,
     expires: 0,
     acl_gen: 0,
     window: Window::ZERO,
@@ -134,23 +135,25 @@ const FREE_COLD: Cold = Cold {
     bytes_hi: [0; 2],
 };
 
-/// The first 12 bytes of an address as the high bits of a big-endian integer (the
-/// low 32 bits 0).
+// Addresses are compared as little-endian integers of their 16 bytes: the bytes as they
+// lie in memory, so that a key's address is one plain load.
+
+/// The first 12 bytes of an address, its last 4 zero (see [`addr128`]).
 #[inline(always)]
 fn hi128(hi: &[u8; 12]) -> u128 {
     let [a, b, c, d, e, f, g, h, i, j, k, l] = *hi;
-    u128::from(u64::from_be_bytes([a, b, c, d, e, f, g, h])) << 64
-        | u128::from(u32::from_be_bytes([i, j, k, l])) << 32
+    u128::from(u64::from_le_bytes([a, b, c, d, e, f, g, h]))
+        | u128::from(u32::from_le_bytes([i, j, k, l])) << 64
 }
 
 /// [`hi128`] of an IPv4-mapped address.
-const MAPPED_HI128: u128 = 0xFFFF << 32;
+const MAPPED_HI128: u128 = 0xFFFF << 80;
 
-/// An address from its first 12 bytes (as [`hi128`]) and its last 4, as a big-endian
-/// integer.
+/// An address from its first 12 bytes (as [`hi128`]) and its last 4, as the
+/// little-endian integer of its 16 bytes (`u128::from_le_bytes`).
 #[inline(always)]
 fn addr128(hi: u128, lo: [u8; 4]) -> u128 {
-    hi | u128::from(u32::from_be_bytes(lo))
+    hi | u128::from(u32::from_le_bytes(lo)) << 96
 }
 
 /// `a`'s last 4 bytes.
@@ -230,13 +233,13 @@ impl Hot {
             & (key.family as u8 == self.addr & !WIDE);
         if dir & 1 == 0 {
             return same
-                & (u128::from_be_bytes(key.src) == src)
-                & (u128::from_be_bytes(key.dst) == dst)
+                & (u128::from_le_bytes(key.src) == src)
+                & (u128::from_le_bytes(key.dst) == dst)
                 & (key.src_port == self.src_port)
                 & (key.dst_port == self.dst_port);
         }
         let (to, to_port, from_port) = if self.state & HAS_NAT != 0 {
-            let mapped = 0xFFFF_u128 << 32 | u128::from(u32::from_be_bytes(self.nat_addr));
+            let mapped = addr128(MAPPED_HI128, self.nat_addr);
             let from_port = if is_icmp(self.proto) {
                 self.nat_port
             } else {
@@ -246,8 +249,8 @@ impl Hot {
         } else {
             (src, self.src_port, self.dst_port)
         };
-        same & (u128::from_be_bytes(key.src) == dst)
-            & (u128::from_be_bytes(key.dst) == to)
+        same & (u128::from_le_bytes(key.src) == dst)
+            & (u128::from_le_bytes(key.dst) == to)
             & (key.src_port == from_port)
             & (key.dst_port == to_port)
     }
@@ -277,8 +280,8 @@ fn key_of(h: &Hot, c: &Cold) -> FlowKey {
         (addr128(MAPPED_HI128, h.src), addr128(MAPPED_HI128, h.dst))
     };
     FlowKey {
-        src: src.to_be_bytes(),
-        dst: dst.to_be_bytes(),
+        src: src.to_le_bytes(),
+        dst: dst.to_le_bytes(),
         src_port: h.src_port,
         dst_port: h.dst_port,
         network: h.zone,
@@ -339,12 +342,12 @@ impl ConnView<'_> {
         key_of(self.h, self.c())
     }
 
-    /// The original direction's source address and port when it is IPv4 (as for every
-    /// source-NATed connection), from the hot part alone — what translating a reply
-    /// back needs.
+    /// The original direction's IPv4 source address and port (meaningful for IPv4
+    /// connections, as every source-NATed one is), from the hot part alone — what
+    /// translating a reply back needs.
     #[inline(always)]
-    pub fn source_v4(&self) -> Option<(Ipv4Addr, u16)> {
-        (self.h.addr == Family::V4 as u8).then(|| (Ipv4Addr::from(self.h.src), self.h.src_port))
+    pub fn source_v4(&self) -> (Ipv4Addr, u16) {
+        (Ipv4Addr::from(self.h.src), self.h.src_port)
     }
 
     /// The tuple reply packets carry (after SNAT: from the original destination to
@@ -723,7 +726,8 @@ impl ConnTable {
     #[inline]
     pub fn lookup_hashed(&self, key: &FlowKey, h: KeyHash) -> Option<(ConnId, Dir)> {
         if let Some(e) = self.hot.get((h.cand >> 1) as usize) {
-            if !e.is_free() && self.matches_at(e, h.cand, key) {
+            // (A free entry matches no key.)
+            if self.matches_at(e, h.cand, key) {
                 return Some((ConnId(h.cand >> 1), Dir::from_bit(h.cand)));
             }
         }
@@ -990,11 +994,19 @@ impl ConnTable {
                 Dir::Original => e.established_ack(Dir::Original, l4),
                 Dir::Reply => e.established_ack(Dir::Reply, l4),
             }
-            if !e.count(d, len) {
+            let counted = e.count(d, len);
+            // The refresh, with the entry at hand (see `retime`).
+            let class = CLASS[usize::from(old)];
+            let exp = deadline(now, self.timeouts[usize::from(class)]);
+            let moved = e.expires != exp;
+            e.expires = exp;
+            if !counted {
                 self.count_carry(i, d, len);
             }
-            let class = CLASS[usize::from(old)];
-            self.retime(id.0, class, class, now);
+            if moved && self.tails[usize::from(class)] != id.0 {
+                self.unlink(id.0, class);
+                self.push_tail(id.0, class);
+            }
             return TrackVerdict::Accept;
         }
         let mut refresh = true;
@@ -1340,6 +1352,12 @@ mod tests {
                 assert_eq!(t.matches(id << 1, &k), key == k, "{key:?} {k:?}");
             }
             t.remove(ConnId(id));
+            // A freed entry matches nothing (the lookup checks a candidate entry that
+            // may have been freed since), not even the all-zero key of a fresh slot.
+            let zero = FlowKey::v4(0, 0, Ipv4Addr::UNSPECIFIED, Ipv4Addr::UNSPECIFIED, 0, 0);
+            for k in [key, reply, zero, FlowKey::default()] {
+                assert!(!t.matches(id << 1, &k) && !t.matches(id << 1 | 1, &k));
+            }
         }
         assert!(wide > 5_000, "{wide}");
     }

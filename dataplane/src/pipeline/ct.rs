@@ -325,7 +325,8 @@ fn lookup_into<T: Tracer>(
             }
         );
         let nat = conn.nat();
-        if let (Dir::Reply, Some(nat), Some((addr, port))) = (dir, nat, conn.source_v4()) {
+        if let (Dir::Reply, Some(nat)) = (dir, nat) {
+            let (addr, port) = conn.source_v4();
             if !rewrite::rewrite(
                 frame,
                 parsed.l3_offset,
