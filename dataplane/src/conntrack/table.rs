@@ -68,8 +68,9 @@ struct Hot {
     /// Low 32 bits of the ACL generation (the table keeps the high bits).
     acl_gen: u32,
     window: Window,
-    /// Per direction: the low 8 bits of the packet count (top byte) and the low 24
-    /// bits of the byte count; the carries go to [`Cold`].
+    /// Per direction: the low 7 bits of the packet count (bits 24-30) and the low 23
+    /// bits of the byte count (bits 0-22), each under a guard bit (31, 23) that a
+    /// carry out of it sets; the carries go to [`Cold`].
     counts: [u32; 2],
 }
 
@@ -84,9 +85,9 @@ struct Cold {
     next: u32,
     src_hi: [u8; 12],
     dst_hi: [u8; 12],
-    /// Packet counts above the low 8 bits (40-bit counts).
+    /// Packet counts above the low 7 bits (39-bit counts).
     packets_hi: [u32; 2],
-    /// Byte counts above the low 24 bits (56-bit counts).
+    /// Byte counts above the low 23 bits (55-bit counts).
     bytes_hi: [u32; 2],
 }
 
@@ -94,9 +95,14 @@ struct Cold {
 const WIDE: u8 = 0x80;
 /// The first 12 bytes of an IPv4-mapped address.
 const MAPPED_HI: [u8; 12] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF];
-/// `Hot::counts`: the byte bits and the packet shift.
-const BYTES_LO: u32 = (1 << 24) - 1;
+/// `Hot::counts`: the byte count's low bits, the packet count's, and the guard bits
+/// above each.
+const BYTES_BITS: u32 = 23;
+const BYTES_LO: u32 = (1 << BYTES_BITS) - 1;
 const PACKETS_SHIFT: u32 = 24;
+const PACKETS_BITS: u32 = 7;
+const PACKETS_LO: u32 = (1 << PACKETS_BITS) - 1;
+const GUARDS: u32 = 1 << BYTES_BITS | 1 << 31;
 
 /// Bytes one connection costs: its two parts plus its share of the hash index (the
 /// aging links are inside the cold part).
@@ -199,14 +205,18 @@ impl Hot {
     }
 
     /// Counts a packet of `len` bytes in direction `d`; false (nothing counted) when a
-    /// low count would carry: then [`ConnTable::count_carry`] counts it.
+    /// low count would carry: then [`ConnTable::count_carry`] counts it. One addition
+    /// and one test: a carry out of either low count lands in its guard bit (`len`
+    /// below 2^23 carries at most once).
     #[inline(always)]
     fn count(&mut self, d: usize, len: u32) -> bool {
-        let c = self.counts[d];
-        if len > BYTES_LO - (c & BYTES_LO) || c >= 0xFF << PACKETS_SHIFT {
+        let n = self.counts[d]
+            .wrapping_add(1 << PACKETS_SHIFT)
+            .wrapping_add(len);
+        if (n & GUARDS) | (len >> BYTES_BITS) != 0 {
             return false;
         }
-        self.counts[d] = c + (1 << PACKETS_SHIFT) + len;
+        self.counts[d] = n;
         true
     }
 
@@ -262,8 +272,9 @@ impl Cold {
     fn counts(&self, hot: &Hot, d: usize) -> (u64, u64) {
         let c = hot.counts[d];
         (
-            u64::from(self.packets_hi[d]) << 8 | u64::from(c >> PACKETS_SHIFT),
-            u64::from(self.bytes_hi[d]) << 24 | u64::from(c & BYTES_LO),
+            u64::from(self.packets_hi[d]) << PACKETS_BITS
+                | u64::from(c >> PACKETS_SHIFT & PACKETS_LO),
+            u64::from(self.bytes_hi[d]) << BYTES_BITS | u64::from(c & BYTES_LO),
         )
     }
 }
@@ -389,12 +400,12 @@ impl ConnView<'_> {
         self.expires_at().saturating_sub(now)
     }
 
-    /// Packets seen in a direction (modulo 2^40).
+    /// Packets seen in a direction (modulo 2^39).
     pub fn packets(&self, dir: Dir) -> u64 {
         self.c().counts(self.h, dir as usize).0
     }
 
-    /// Bytes seen in a direction (modulo 2^56).
+    /// Bytes seen in a direction (modulo 2^55).
     pub fn bytes(&self, dir: Dir) -> u64 {
         self.c().counts(self.h, dir as usize).1
     }
@@ -499,10 +510,12 @@ fn nat_tuple(zone: u16, proto: u8, remote: &[u8; 16], remote_port: u16, nat: Nat
     }
 }
 
-/// A deadline `timeout` seconds after `now`, in whole seconds rounded up.
+/// A deadline `timeout` seconds after `now`, in whole seconds rounded up. (Rounded up
+/// by adding 999 and dividing once — `div_ceil` also computes the remainder, and this
+/// runs for every packet.)
 #[inline(always)]
 fn deadline(now: Millis, timeout: u32) -> u32 {
-    let s = now.div_ceil(1000).min(u64::from(u32::MAX)) as u32;
+    let s = (now.saturating_add(999) / 1000).min(u64::from(u32::MAX)) as u32;
     s.saturating_add(timeout)
 }
 
@@ -1046,7 +1059,7 @@ impl ConnTable {
     }
 
     /// Counts a packet of `len` bytes in direction `d` of entry `i`: in its hot part,
-    /// carrying into the cold part once in 256 packets (or 16 MiB).
+    /// carrying into the cold part once in 128 packets (or 8 MiB).
     #[inline(always)]
     fn count(&mut self, i: usize, d: usize, len: u32) {
         if !self.hot[i].count(d, len) {
@@ -1060,9 +1073,9 @@ impl ConnTable {
         let (h, c) = (&mut self.hot[i], &mut self.cold[i]);
         let (packets, bytes) = c.counts(h, d);
         let (packets, bytes) = (packets.wrapping_add(1), bytes.wrapping_add(u64::from(len)));
-        c.packets_hi[d] = (packets >> 8) as u32;
-        c.bytes_hi[d] = (bytes >> 24) as u32;
-        h.counts[d] = ((packets as u32) << PACKETS_SHIFT) | (bytes as u32 & BYTES_LO);
+        c.packets_hi[d] = (packets >> PACKETS_BITS) as u32;
+        c.bytes_hi[d] = (bytes >> BYTES_BITS) as u32;
+        h.counts[d] = (packets as u32 & PACKETS_LO) << PACKETS_SHIFT | (bytes as u32 & BYTES_LO);
     }
 
     /// Whether entry `r >> 1` holds `key` in direction `r & 1`.
@@ -1551,8 +1564,22 @@ mod tests {
         }
     }
 
+    /// The deadline rounds up to whole seconds like `div_ceil`, and saturates.
+    #[test]
+    fn deadline_rounds_up() {
+        let mut seed = 8_u64;
+        for now in (0..5_000).chain([u64::MAX - 999, u64::MAX - 1000, u64::MAX]) {
+            let t = (splitmix_test(&mut seed) % 500_000) as u32;
+            let want = now.div_ceil(1000).min(u64::from(u32::MAX)) as u32;
+            assert_eq!(deadline(now, t), want.saturating_add(t), "{now} {t}");
+        }
+        assert_eq!(deadline(1_000, 30), 31);
+        assert_eq!(deadline(1_001, 30), 32);
+        assert_eq!(deadline(u64::MAX, 1), u32::MAX);
+    }
+
     /// The counters' low bits live in the hot part and carry into the cold part: the
-    /// counts stay exact across carries of either (every 256 packets, every 16 MiB),
+    /// counts stay exact across carries of either (every 128 packets, every 8 MiB),
     /// in both directions, for packets of any length.
     #[test]
     fn counters_carry_exactly() {
@@ -1574,10 +1601,11 @@ mod tests {
         let mut seed = 3_u64;
         for n in 0..5_000u64 {
             let r = splitmix_test(&mut seed);
-            let len = match r % 8 {
-                0 => (1 << 24) - 1,
-                1 => (1 << 24) + (r >> 40) as u32,
-                2 => u32::MAX,
+            let len = match r % 10 {
+                0 => (1 << 23) - 1,
+                1 => 1 << 23,
+                2 => (1 << 24) + (r >> 40) as u32,
+                3 => u32::MAX,
                 _ => (r >> 48) as u32,
             };
             let dir = if r & 0x100 == 0 {
@@ -1596,7 +1624,7 @@ mod tests {
                 assert_eq!((v.packets(d), v.bytes(d)), want[d as usize], "after {n}");
             }
         }
-        assert!(want[0].1 > 1 << 40 && want[1].0 > 2_000, "{want:?}");
+        assert!(want[0].1 > 1 << 39 && want[1].0 > 2_000, "{want:?}");
     }
 
     #[test]
