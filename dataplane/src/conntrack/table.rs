@@ -146,14 +146,14 @@ const FREE_COLD: Cold = Cold {
 
 /// The first 12 bytes of an address, its last 4 zero (see [`addr128`]).
 #[inline(always)]
-fn hi128(hi: &[u8; 12]) -> u128 {
+const fn hi128(hi: &[u8; 12]) -> u128 {
     let [a, b, c, d, e, f, g, h, i, j, k, l] = *hi;
-    u128::from(u64::from_le_bytes([a, b, c, d, e, f, g, h]))
-        | u128::from(u32::from_le_bytes([i, j, k, l])) << 64
+    u64::from_le_bytes([a, b, c, d, e, f, g, h]) as u128
+        | (u32::from_le_bytes([i, j, k, l]) as u128) << 64
 }
 
 /// [`hi128`] of an IPv4-mapped address.
-const MAPPED_HI128: u128 = 0xFFFF << 80;
+const MAPPED_HI128: u128 = hi128(&MAPPED_HI);
 
 /// An address from its first 12 bytes (as [`hi128`]) and its last 4, as the
 /// little-endian integer of its 16 bytes (`u128::from_le_bytes`).
@@ -218,6 +218,14 @@ impl Hot {
         }
         self.counts[d] = n;
         true
+    }
+
+    /// Sets the deadline; whether it moved.
+    #[inline(always)]
+    fn set_deadline(&mut self, expires: u32) -> bool {
+        let moved = self.expires != expires;
+        self.expires = expires;
+        moved
     }
 
     /// [`ConnTable::track`] of a pure ACK on an ESTABLISHED connection: window
@@ -1008,18 +1016,13 @@ impl ConnTable {
                 Dir::Reply => e.established_ack(Dir::Reply, l4),
             }
             let counted = e.count(d, len);
-            // The refresh, with the entry at hand (see `retime`).
+            // `retime`, with the entry at hand.
             let class = CLASS[usize::from(old)];
-            let exp = deadline(now, self.timeouts[usize::from(class)]);
-            let moved = e.expires != exp;
-            e.expires = exp;
+            let moved = e.set_deadline(deadline(now, self.timeouts[usize::from(class)]));
             if !counted {
                 self.count_carry(i, d, len);
             }
-            if moved && self.tails[usize::from(class)] != id.0 {
-                self.unlink(id.0, class);
-                self.push_tail(id.0, class);
-            }
+            self.requeue(id.0, class, class, moved);
             return TrackVerdict::Accept;
         }
         let mut refresh = true;
@@ -1096,18 +1099,22 @@ impl ConnTable {
         }
     }
 
-    /// Sets entry `i`'s deadline for its (new) class; moves it to the tail of that
-    /// class's list unless the deadline did not change (a seconds-resolution clock
-    /// makes that the common case for busy connections).
+    /// Sets entry `i`'s deadline for its (new) class and [`requeue`](Self::requeue)s it.
     #[inline(always)]
     fn retime(&mut self, i: u32, old_class: u8, class: u8, now: Millis) {
         let exp = deadline(now, self.timeouts[usize::from(class)]);
-        let e = &mut self.hot[i as usize];
-        if old_class == class && (e.expires == exp || self.tails[usize::from(class)] == i) {
-            e.expires = exp;
+        let moved = self.hot[i as usize].set_deadline(exp);
+        self.requeue(i, old_class, class, moved);
+    }
+
+    /// Moves entry `i` from its class's aging list to the tail of `class`'s, unless
+    /// the class is the same and the deadline did not move (a seconds-resolution clock
+    /// makes that the common case for busy connections) or it is the tail already.
+    #[inline(always)]
+    fn requeue(&mut self, i: u32, old_class: u8, class: u8, moved: bool) {
+        if old_class == class && (!moved || self.tails[usize::from(class)] == i) {
             return;
         }
-        e.expires = exp;
         self.unlink(i, old_class);
         self.push_tail(i, class);
     }

@@ -400,8 +400,7 @@ fn icmp_error<T: Tracer>(
         );
         if let (Dir::Reply, Some(_)) = (dir, conn.nat()) {
             // From the remote side about a masqueraded packet: back to the pod.
-            let orig = conn.key();
-            let pod = Ipv4Addr::from(orig.src_v4());
+            let (pod, pod_port) = conn.source_v4();
             if !rewrite::rewrite_icmp_error(
                 frame,
                 parsed.l3_offset,
@@ -410,7 +409,7 @@ fn icmp_error<T: Tracer>(
                 pod,
                 Endpoint::Src,
                 pod,
-                orig.src_port,
+                pod_port,
             ) {
                 return Err(Action::Drop(DropReason::Malformed));
             }
