@@ -598,3 +598,114 @@ fn a_burst_of_new_connections_gets_distinct_ports() {
     assert_eq!(ct.table.len(), 4);
     assert_eq!(ct.table.stats().clashes, 1);
 }
+
+/// Established traffic both ways in bursts of many sizes — so that the lookup's
+/// prefetch groups end part-way through a burst, and packets dropped before the lookup
+/// (truncated frames) leave gaps in it — gets the same actions, rewrites and counters
+/// as the same packets run one at a time through an identical table.
+#[test]
+fn established_bursts_equal_packet_by_packet() {
+    let snap = snat_snapshot(vec![(61000, 61999)]);
+    let (mut in_bursts, mut one_by_one) = (conntrack(0, 1), conntrack(0, 1));
+    const CONNS: u16 = 150;
+    let mut nat_ports = Vec::new();
+    for c in 0..CONNS {
+        let mut ports = [0u16; 2];
+        for (k, ct) in [&mut in_bursts, &mut one_by_one].into_iter().enumerate() {
+            let mut syn = from_a(REMOTE, 40000 + c, 443, 1000, Tcp::Syn, &[]);
+            assert_eq!(run(&snap, ct, 0, &mut syn), Action::Forward { port: 2 });
+            ports[k] = decode(&syn).2;
+            let mut synack = from_remote(NODE, 443, ports[k], 5000, Tcp::SynAck(1001), &[]);
+            assert_eq!(run(&snap, ct, 2, &mut synack), Action::Forward { port: 0 });
+        }
+        assert_eq!(ports[0], ports[1], "identical tables pick the same port");
+        nat_ports.push(ports[0]);
+    }
+    let mut seed = 0x5eed_u64;
+    let mut rnd = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let (mut forwarded, mut dropped) = (0, 0);
+    for (b, &size) in [
+        1usize, 3, 7, 8, 9, 15, 16, 17, 24, 31, 32, 33, 47, 64, 100, 256,
+    ]
+    .iter()
+    .cycle()
+    .take(48)
+    .enumerate()
+    {
+        let from_pod = b % 2 == 0;
+        let mut frames: Vec<Vec<u8>> = (0..size)
+            .map(|_| {
+                let r = rnd();
+                let c = (r % u64::from(CONNS)) as usize;
+                let payload = vec![0x5a; (r >> 16) as usize % 200];
+                let f = if from_pod {
+                    from_a(
+                        REMOTE,
+                        40000 + c as u16,
+                        443,
+                        1001,
+                        Tcp::Ack(5001),
+                        &payload,
+                    )
+                } else {
+                    from_remote(NODE, 443, nat_ports[c], 5001, Tcp::Ack(1001), &payload)
+                };
+                if r % 9 == 0 {
+                    f[..30].to_vec()
+                } else {
+                    f
+                }
+            })
+            .collect();
+        let port = if from_pod { 0 } else { 2 };
+        let mut singles = frames.clone();
+        let want: Vec<Action> = singles
+            .iter_mut()
+            .map(|f| run(&snap, &mut one_by_one, port, f))
+            .collect();
+        let mut actions = vec![Action::Drop(DropReason::Malformed); size];
+        let mut scratch = pipeline::Scratch::default();
+        pipeline::process_burst(
+            &snap,
+            port,
+            frames.as_mut_slice(),
+            &mut actions,
+            &mut scratch,
+            Some(&mut in_bursts),
+            &mut NoTrace,
+        );
+        assert_eq!(actions, want, "burst {b} of {size}");
+        assert_eq!(frames, singles, "burst {b} of {size}: rewrites");
+        for a in &actions {
+            match a {
+                Action::Forward { .. } => forwarded += 1,
+                Action::Drop(DropReason::Malformed) => dropped += 1,
+                other => panic!("burst {b}: {other:?}"),
+            }
+        }
+    }
+    // 1,989 packets, one in nine truncated.
+    assert!(
+        forwarded > 1600 && dropped > 150,
+        "{forwarded} forwarded, {dropped} dropped"
+    );
+    for (c, &port) in nat_ports.iter().enumerate() {
+        let (a, _) = in_bursts.table.lookup(&masq_key(port)).expect("tracked");
+        let (b, _) = one_by_one.table.lookup(&masq_key(port)).expect("tracked");
+        let (a, b) = (
+            in_bursts.table.get(a).expect("live"),
+            one_by_one.table.get(b).expect("live"),
+        );
+        for dir in [Dir::Original, Dir::Reply] {
+            assert_eq!(a.packets(dir), b.packets(dir), "connection {c}");
+            assert_eq!(a.bytes(dir), b.bytes(dir), "connection {c}");
+        }
+        assert_eq!(a.state(), b.state(), "connection {c}");
+        assert_eq!(a.expires_at(), b.expires_at(), "connection {c}");
+    }
+}
