@@ -13,10 +13,7 @@ mod table;
 mod tcp;
 
 pub use index::KeyHash;
-pub use table::{
-    ConnTable, ConnView, CtStats, FreeNat, BYTES_PER_CONNECTION, GROUP as PREFETCH_GROUP,
-    MAX_ENTRIES,
-};
+pub use table::{ConnTable, ConnView, CtStats, FreeNat, BYTES_PER_CONNECTION, MAX_ENTRIES};
 pub use tcp::{tcp_wscale, TcpState, TcpWindow};
 
 use crate::wire::TcpPacket;

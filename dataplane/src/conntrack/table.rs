@@ -527,33 +527,18 @@ fn deadline(now: Millis, timeout: u32) -> u32 {
     s.saturating_add(timeout)
 }
 
-/// How many keys a burst lookup prefetches for at once ([`ConnTable::prefetch_group`]):
-/// every `GROUP` keys, the index buckets of the group two groups on and the entries of
-/// the next group. The prefetches of a group are issued back to back so that their
-/// address translations and misses overlap: in a guest whose memory sits behind
-/// nested paging each random line costs a page walk, and a prefetch waits for its
-/// walk before it retires, so one prefetch per key stalled the core once per key
-/// (at a million connections 16/8 ahead one key at a time: 57.6-60.6 ns per packet;
-/// in groups of 8: 52.3-54.8; groups of 4: 53.3-55.9; of 16: 62.4-64.0).
-pub const GROUP: usize = 8;
-/// How many keys ahead of the one being looked up its index bucket is prefetched:
-/// two groups.
-pub const BUCKET_AHEAD: usize = 2 * GROUP;
-/// How many keys ahead its entry is prefetched (from its bucket, prefetched a group
-/// earlier): one group.
-pub const ENTRY_AHEAD: usize = GROUP;
-
-/// Burst positions `0, 1, …` in order, for [`ConnTable::prefetch_group`] over a burst
-/// looked up in order.
-const IN_ORDER: [u16; 32] = {
-    let mut a = [0u16; 32];
-    let mut i = 0;
-    while i < a.len() {
-        a[i] = i as u16;
-        i += 1;
-    }
-    a
-};
+/// How many keys ahead of the one being looked up a burst lookup prefetches the index
+/// bucket, and (with [`ENTRY_AHEAD`]) the entry that bucket points to
+/// ([`ConnTable::prefetch_ahead`]). The distances that hid the most of the
+/// misses at a million connections: all of a burst's prefetches at once overflow the
+/// core's outstanding-miss slots and the later ones wait; one at a time leaves each
+/// miss exposed. (With one cache line per entry, 16/8 beat 8/4, 12/6 and 24/12.)
+pub const BUCKET_AHEAD: usize = 16;
+/// See [`BUCKET_AHEAD`].
+pub const ENTRY_AHEAD: usize = 8;
+/// How many keys ahead the entry of a key stored past its home bucket is prefetched
+/// (its next bucket was prefetched at [`ENTRY_AHEAD`]).
+pub const OVERFLOW_AHEAD: usize = 4;
 
 impl ConnTable {
     /// A table with room for `cfg.max_entries` connections, hash seeded at random.
@@ -679,46 +664,48 @@ impl ConnTable {
         self.index.prefetch(h.h);
     }
 
-    /// The prefetches before looking up the group of keys at positions `k..k + GROUP`
-    /// of a burst whose keys are hashed in `hashes[order[0]]`, `hashes[order[1]]`, …
-    /// (their [`key_hash`](Self::key_hash)es): the index buckets of the keys
-    /// [`BUCKET_AHEAD`] places on, the entries of the keys [`ENTRY_AHEAD`] places on
-    /// (from their buckets, prefetched a group earlier) and, for the keys of this group
-    /// stored past their home bucket, their entries from the next bucket (prefetched
-    /// with the entries); at `k = 0` also those of the first keys. Call it for
-    /// `k = 0, GROUP, 2 * GROUP, …` in turn, each before looking up that group's keys
-    /// with their hashes (which then carry their candidate entries). The table may
-    /// change between calls: candidates are hints, checked before use.
+    /// The prefetches before the lookup of the `k`-th key of a burst, whose
+    /// [`key_hash`](Self::key_hash)es are `hashes[at(0)]`, `hashes[at(1)]`, … (`at`
+    /// maps a position in the burst to an index of `hashes`, `None` past the end): the
+    /// index bucket of the key `BUCKET_AHEAD` places on, the entry of the key
+    /// `ENTRY_AHEAD` places on (from its bucket, prefetched earlier) and, for the key
+    /// `OVERFLOW_AHEAD` places on if stored past its home bucket, its entry from the
+    /// next bucket; before the first key those of the first keys. Call it for
+    /// `k = 0, 1, …` in turn, each just before looking that key up with its hash (which
+    /// then carries its candidate entry). The table may change between calls:
+    /// candidates are hints, checked before use.
     #[inline(always)]
-    pub fn prefetch_group(&self, hashes: &mut [KeyHash], order: &[u16], k: usize) {
-        let n = order.len();
-        let span = |from: usize, len: usize| &order[from.min(n)..(from + len).min(n)];
+    pub fn prefetch_ahead(
+        &self,
+        hashes: &mut [KeyHash],
+        k: usize,
+        at: impl Fn(usize) -> Option<usize>,
+    ) {
         if k == 0 {
-            for &x in span(0, BUCKET_AHEAD) {
-                if let Some(h) = hashes.get(usize::from(x)) {
+            for j in 0..BUCKET_AHEAD {
+                if let Some(h) = at(j).and_then(|x| hashes.get(x)) {
                     self.prefetch_bucket(h);
                 }
             }
-            for &x in span(0, ENTRY_AHEAD) {
-                if let Some(h) = hashes.get_mut(usize::from(x)) {
+            for j in 0..ENTRY_AHEAD {
+                if let Some(h) = at(j).and_then(|x| hashes.get_mut(x)) {
                     self.prefetch_entry(h);
                 }
             }
-        }
-        for &x in span(k + BUCKET_AHEAD, GROUP) {
-            if let Some(h) = hashes.get(usize::from(x)) {
-                self.prefetch_bucket(h);
+            for j in 0..OVERFLOW_AHEAD {
+                if let Some(h) = at(j).and_then(|x| hashes.get_mut(x)) {
+                    self.prefetch_overflow_entry(h);
+                }
             }
         }
-        for &x in span(k + ENTRY_AHEAD, GROUP) {
-            if let Some(h) = hashes.get_mut(usize::from(x)) {
-                self.prefetch_entry(h);
-            }
+        if let Some(h) = at(k + BUCKET_AHEAD).and_then(|x| hashes.get(x)) {
+            self.prefetch_bucket(h);
         }
-        for &x in span(k, GROUP) {
-            if let Some(h) = hashes.get_mut(usize::from(x)) {
-                self.prefetch_overflow_entry(h);
-            }
+        if let Some(h) = at(k + ENTRY_AHEAD).and_then(|x| hashes.get_mut(x)) {
+            self.prefetch_entry(h);
+        }
+        if let Some(h) = at(k + OVERFLOW_AHEAD).and_then(|x| hashes.get_mut(x)) {
+            self.prefetch_overflow_entry(h);
         }
     }
 
@@ -772,21 +759,18 @@ impl ConnTable {
 
     /// [`lookup`](Self::lookup) for a burst: `out[i]` is the result for `keys[i]`
     /// (`out` must be at least as long as `keys`). Software-pipelined with
-    /// [`prefetch_group`](Self::prefetch_group): a few misses are in flight at any time.
+    /// [`prefetch_ahead`](Self::prefetch_ahead): a few misses are in flight at any time.
     pub fn lookup_burst(&self, keys: &[FlowKey], out: &mut [Option<(ConnId, Dir)>]) {
-        const CHUNK: usize = IN_ORDER.len();
+        const CHUNK: usize = 32;
         let mut hashes = [KeyHash::default(); CHUNK];
         for (keys, out) in keys.chunks(CHUNK).zip(out.chunks_mut(CHUNK)) {
             let hashes = &mut hashes[..keys.len()];
             for (h, k) in hashes.iter_mut().zip(keys) {
                 *h = self.key_hash(k);
             }
-            let order = &IN_ORDER[..keys.len()];
-            for k in (0..keys.len()).step_by(GROUP) {
-                self.prefetch_group(hashes, order, k);
-                for i in k..(k + GROUP).min(keys.len()) {
-                    out[i] = self.lookup_hashed(&keys[i], hashes[i]);
-                }
+            for i in 0..keys.len() {
+                self.prefetch_ahead(hashes, i, Some);
+                out[i] = self.lookup_hashed(&keys[i], hashes[i]);
             }
         }
     }

@@ -7,7 +7,7 @@
 use super::{trace, Action, Frames, Parsed, Stage, Tracer};
 use crate::conntrack::{
     ConnId, ConnTable, CtConfig, Dir, InsertError, KeyHash, L4Info, MemoryAdvice, Millis, Nat,
-    TrackVerdict, PREFETCH_GROUP as GROUP,
+    TrackVerdict,
 };
 use crate::counters::DropReason;
 use crate::flow::{Family, FlowKey};
@@ -192,10 +192,9 @@ pub fn lookup<T: Tracer>(
 
 /// The lookup stage for a burst: the packets `ok` lists (indices into `parsed`,
 /// `marks`, `frames` and `actions`) are hashed first; then each packet, in order, goes
-/// through [`lookup_hashed`], in groups of [`GROUP`], each group preceded by the
-/// prefetch of the index buckets and entries of the packets a group or two on
-/// ([`ConnTable::prefetch_group`]), so that the burst's table misses overlap with each
-/// other and with the work on the packets before them. The
+/// through [`lookup_hashed`], with the index buckets and entries of the packets a few
+/// places on prefetched just before ([`ConnTable::prefetch_ahead`]), so that the
+/// burst's table misses overlap with the work on the packets before them. The
 /// packets that go on stay in `ok`, compacted, with their mark in `marks`; the others
 /// get their action. Returns how many go on. `hash[i]` receives the hash of packet
 /// `i`'s key (as looked up), which [`commit`] takes (`hash` is indexed like `parsed`).
@@ -218,18 +217,17 @@ pub fn lookup_burst<F: Frames + ?Sized, T: Tracer>(
         hash[i] = ct.table.key_hash(&parsed[i].key);
     }
     let mut kept = 0usize;
-    for g in (0..n).step_by(GROUP) {
-        ct.table.prefetch_group(hash, ok, g);
-        for k in g..(g + GROUP).min(n) {
-            let i = usize::from(ok[k]);
-            let (p, frame) = (&mut parsed[i], frames.frame_mut(i));
-            match lookup_into(snap, ct, p, hash[i], frame, &mut marks[i], t) {
-                Ok(()) => {
-                    ok[kept] = i as u16;
-                    kept += 1;
-                }
-                Err(a) => actions[i] = a,
+    for k in 0..n {
+        ct.table
+            .prefetch_ahead(hash, k, |j| ok.get(j).map(|&i| usize::from(i)));
+        let i = usize::from(ok[k]);
+        let (p, frame) = (&mut parsed[i], frames.frame_mut(i));
+        match lookup_into(snap, ct, p, hash[i], frame, &mut marks[i], t) {
+            Ok(()) => {
+                ok[kept] = i as u16;
+                kept += 1;
             }
+            Err(a) => actions[i] = a,
         }
     }
     kept
