@@ -3,18 +3,19 @@
  * on transparent huge pages — i.e. whether the host backs this guest's memory with
  * 4 KiB pages, so that every TLB entry covers 4 KiB whatever the guest's page size.
  *
- * A dependent pointer chase over LINES lines placed LINES_PER_PAGE to a 4 KiB page
- * across a SPAN-MiB, 2 MiB-aligned region on transparent huge pages (lines at a
- * different offset in each page, so that all cache sets are used). The same bytes of
- * lines cost the same in the caches however far apart they lie; if spreading them over
- * more 4 KiB pages makes each access slower, the difference is translation: with the
- * host's pages as large as the guest's, a 128 MiB span is 64 TLB entries and spreading
- * costs nothing. Thread CPU time.
+ * A dependent pointer chase over lines placed LINES_PER_PAGE to a 4 KiB page across a
+ * SPAN-MiB, 2 MiB-aligned region on transparent huge pages (lines at a different
+ * offset in each page, so that all cache sets are used). Keep the lines few enough
+ * for the L2 (512 KiB here) so that only their addresses differ between the runs, not
+ * where they are cached (this guest's share of the L3 changes with its neighbours):
+ * packed, they cost an L2 hit; one per 4 KiB page over 32 MiB, they cost the same
+ * unless translation does — with the host's pages as large as the guest's, 32 MiB of
+ * huge pages is 16 TLB entries. Thread CPU time.
  *
  *   gcc -O2 -o pagewalk perf/memfloor/pagewalk.c
- *   ./pagewalk 4 64      # 4 MiB of lines, packed: 4 MiB span
- *   ./pagewalk 64 4      # the same 4 MiB of lines over a 64 MiB span
- *   ./pagewalk 128 2     # ... over 128 MiB
+ *   ./pagewalk 1 32      # 512 KiB of lines, packed
+ *   ./pagewalk 32 1      # the same 512 KiB of lines, one per 4 KiB page over 32 MiB
+ *   ./pagewalk 32 1 0    # ... on the guest's 4 KiB pages
  *
  * Arguments: SPAN_MiB LINES_PER_PAGE [HUGE=1]. Prints ns per access.
  */
@@ -85,7 +86,20 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < steps; i++)
         x = *(uint64_t *)(p + x);
     double ns = (cpu_now() - t0) / steps * 1e9;
-    printf("span %zu MiB, %zu lines per 4 KiB page (%zu KiB of lines), huge pages %s: %.1f ns per access%s\n",
-           span >> 20, per_page, n * 64 >> 10, huge ? "on" : "off", ns, x == 1 ? " " : "");
+    /* How much of the guest's memory really is on huge pages (else the spread case
+     * measures the guest's own 4 KiB pages, not the host's). */
+    size_t anon_huge_kb = 0;
+    FILE *f = fopen("/proc/self/smaps_rollup", "r");
+    if (f) {
+        char line[256];
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "AnonHugePages: %zu kB", &anon_huge_kb) == 1)
+                break;
+        fclose(f);
+    }
+    printf("span %zu MiB, %zu lines per 4 KiB page (%zu KiB of lines), huge pages %s "
+           "(%zu of %zu MiB): %.1f ns per access%s\n",
+           span >> 20, per_page, n * 64 >> 10, huge ? "on" : "off", anon_huge_kb >> 10,
+           span >> 20, ns, x == 1 ? " " : "");
     return 0;
 }
