@@ -57,7 +57,8 @@ pub(crate) fn prefetch<T>(r: &T) {
 
 /// Monotonic time in milliseconds, injected by the caller (tests use a fake clock).
 /// Seconds resolution is enough: timeouts are whole seconds and deadlines are kept
-/// in whole seconds, rounded up (an entry never expires early).
+/// in whole seconds, rounded up (an entry never expires early), and for timeouts of
+/// 128 s or more to a grid under 1/64 of the timeout.
 pub type Millis = u64;
 
 /// Timeouts per state, in seconds. The defaults are netfilter's.

@@ -398,7 +398,8 @@ impl ConnView<'_> {
         self.h.nat()
     }
 
-    /// When the connection times out unless refreshed (whole seconds).
+    /// When the connection times out unless refreshed (whole seconds; for timeouts of
+    /// 128 s or more, the end of a cell under 1/64 of the timeout).
     pub fn expires_at(&self) -> Millis {
         Millis::from(self.h.expires) * 1000
     }
@@ -445,6 +446,8 @@ pub struct ConnTable {
     heads: [u32; CLASSES],
     tails: [u32; CLASSES],
     timeouts: [u32; CLASSES],
+    /// Per class, the [`grid_mask`] its deadlines are rounded up with.
+    grids: [u32; CLASSES],
     cfg_timeouts: Timeouts,
     /// Class `expire` starts with (rotates, so no class starves under a budget).
     cursor: usize,
@@ -527,6 +530,27 @@ fn deadline(now: Millis, timeout: u32) -> u32 {
     s.saturating_add(timeout)
 }
 
+/// A class's deadlines are rounded up to a grid of about 1/`GRID_STEPS` of its
+/// timeout (see [`grid_mask`]).
+const GRID_STEPS: u32 = 64;
+
+/// The mask a deadline of a class with `timeout` seconds is OR-ed with: the largest
+/// power of two of seconds at most `timeout / GRID_STEPS`, minus one (0 below 128 s).
+/// A connection moves in its class's aging list whenever its deadline moves, i.e. on
+/// its first packet in each grid cell: with whole seconds that was once a second for a
+/// connection with a packet every second — each move rewrites three other
+/// connections' links, random cache lines at a million connections — and with the
+/// grid it is once per cell (an hour and eight minutes for the 5-day ESTABLISHED
+/// timeout, 8 s for the 10-minute generic one). The lists stay in deadline order (all
+/// of a class's deadlines are cell ends) and a connection lives at most a cell, under
+/// 1/64 of its timeout, past it; timeouts up to 127 s keep whole seconds.
+fn grid_mask(timeout: u32) -> u32 {
+    match timeout / GRID_STEPS {
+        0 | 1 => 0,
+        step => (1u32 << step.ilog2()) - 1,
+    }
+}
+
 /// How many keys ahead of the one being looked up a burst lookup prefetches the index
 /// bucket, and (with [`ENTRY_AHEAD`]) the entry that bucket points to
 /// ([`ConnTable::prefetch_ahead`]). The distances that hid the most of the
@@ -566,6 +590,20 @@ impl ConnTable {
             };
         }
         let t = &cfg.timeouts;
+        let timeouts = [
+            t.tcp_syn_sent,
+            t.tcp_syn_recv,
+            t.tcp_established,
+            t.tcp_fin_wait,
+            t.tcp_close_wait,
+            t.tcp_last_ack,
+            t.tcp_time_wait,
+            t.tcp_close,
+            t.udp_unreplied,
+            t.udp_assured,
+            t.icmp,
+            t.generic,
+        ];
         ConnTable {
             hot,
             cold,
@@ -576,20 +614,8 @@ impl ConnTable {
             zone_len: vec![0; 1 << 16],
             heads: [NIL; CLASSES],
             tails: [NIL; CLASSES],
-            timeouts: [
-                t.tcp_syn_sent,
-                t.tcp_syn_recv,
-                t.tcp_established,
-                t.tcp_fin_wait,
-                t.tcp_close_wait,
-                t.tcp_last_ack,
-                t.tcp_time_wait,
-                t.tcp_close,
-                t.udp_unreplied,
-                t.udp_assured,
-                t.icmp,
-                t.generic,
-            ],
+            timeouts,
+            grids: timeouts.map(grid_mask),
             cfg_timeouts: *t,
             cursor: 0,
             acl_latest: 0,
@@ -944,7 +970,7 @@ impl ConnTable {
 
         let id = self.free;
         let class = CLASS[usize::from(code)];
-        let expires = deadline(now, self.timeouts[usize::from(class)]);
+        let expires = self.deadline(class, now);
         let cold = &mut self.cold[id as usize];
         self.free = cold.next;
         let (src_hi, dst_hi) = (hi(&key.src), hi(&key.dst));
@@ -1018,7 +1044,8 @@ impl ConnTable {
             let counted = e.count(d, len);
             // `retime`, with the entry at hand.
             let class = CLASS[usize::from(old)];
-            let moved = e.set_deadline(deadline(now, self.timeouts[usize::from(class)]));
+            let c = usize::from(class);
+            let moved = e.set_deadline(deadline(now, self.timeouts[c]) | self.grids[c]);
             if !counted {
                 self.count_carry(i, d, len);
             }
@@ -1099,17 +1126,25 @@ impl ConnTable {
         }
     }
 
+    /// The deadline of a connection of `class` refreshed at `now`: its timeout on,
+    /// rounded up to whole seconds and to the class's grid ([`grid_mask`]).
+    #[inline(always)]
+    fn deadline(&self, class: u8, now: Millis) -> u32 {
+        let c = usize::from(class);
+        deadline(now, self.timeouts[c]) | self.grids[c]
+    }
+
     /// Sets entry `i`'s deadline for its (new) class and [`requeue`](Self::requeue)s it.
     #[inline(always)]
     fn retime(&mut self, i: u32, old_class: u8, class: u8, now: Millis) {
-        let exp = deadline(now, self.timeouts[usize::from(class)]);
+        let exp = self.deadline(class, now);
         let moved = self.hot[i as usize].set_deadline(exp);
         self.requeue(i, old_class, class, moved);
     }
 
     /// Moves entry `i` from its class's aging list to the tail of `class`'s, unless
-    /// the class is the same and the deadline did not move (a seconds-resolution clock
-    /// makes that the common case for busy connections) or it is the tail already.
+    /// the class is the same and the deadline did not move (whole seconds on a grid,
+    /// [`grid_mask`], make that the common case) or it is the tail already.
     #[inline(always)]
     fn requeue(&mut self, i: u32, old_class: u8, class: u8, moved: bool) {
         if old_class == class && (!moved || self.tails[usize::from(class)] == i) {
@@ -1663,6 +1698,12 @@ mod tests {
             };
             t.track(*id, dir, &L4Info::NONE, 60, 40_000 + n as u64 * 10);
         }
+        assert_lists_in_order(&t);
+    }
+
+    /// Every class's aging list is linked both ways, holds only that class and is in
+    /// deadline order.
+    fn assert_lists_in_order(t: &ConnTable) {
         for c in 0..CLASSES {
             let mut i = t.heads[c];
             let mut prev = NIL;
@@ -1670,7 +1711,7 @@ mod tests {
             while i != NIL {
                 let (e, l) = (&t.hot[i as usize], &t.cold[i as usize]);
                 assert_eq!(l.prev, prev);
-                assert!(e.expires >= last);
+                assert!(e.expires >= last, "class {c} out of order");
                 assert_eq!(usize::from(CLASS[usize::from(e.code())]), c);
                 last = e.expires;
                 prev = i;
@@ -1678,5 +1719,107 @@ mod tests {
             }
             assert_eq!(t.tails[c], prev);
         }
+    }
+
+    /// Deadlines of long timeouts sit on a grid under 1/64 of the timeout: never
+    /// early, at most a cell late, the aging lists still in order, and a connection
+    /// refreshed every second moves in its list once per cell, not once a second.
+    #[test]
+    fn deadlines_sit_on_a_grid() {
+        assert_eq!(grid_mask(432_000), 4095);
+        assert_eq!(grid_mask(600), 7);
+        assert_eq!(grid_mask(128), 1);
+        for short in [0, 1, 30, 120, 127] {
+            assert_eq!(grid_mask(short), 0, "{short}");
+        }
+        let mut seed = 0xd1ce_u64;
+        let mut rnd = move || splitmix_test(&mut seed);
+        for _ in 0..20_000 {
+            let timeout = (rnd() >> (rnd() % 64)) as u32;
+            let now = rnd() >> (rnd() % 64);
+            let exact = deadline(now, timeout);
+            let d = exact | grid_mask(timeout);
+            assert!(d >= exact, "{now} {timeout}");
+            if exact < u32::MAX {
+                assert!(
+                    d - exact <= timeout / GRID_STEPS,
+                    "{now} {timeout}: {d} {exact}"
+                );
+            }
+            let later = now.saturating_add(rnd() % 10_000_000);
+            assert!(deadline(later, timeout) | grid_mask(timeout) >= d);
+        }
+
+        // UDP with long timeouts: unreplied 1,000 s (cells of 8 s), assured
+        // 100,000 s (cells of 1,024 s).
+        let cfg = CtConfig {
+            max_entries: 64,
+            timeouts: Timeouts {
+                udp_unreplied: 1_000,
+                udp_assured: 100_000,
+                ..Timeouts::default()
+            },
+            ..CtConfig::default()
+        };
+        let mut t = ConnTable::with_seed(&cfg, 21);
+        let key = |p: u16| {
+            FlowKey::v4(
+                0,
+                17,
+                Ipv4Addr::new(10, 0, 0, 1),
+                Ipv4Addr::LOCALHOST,
+                p,
+                53,
+            )
+        };
+        let mut last_refresh = std::collections::HashMap::new();
+        let mut now = 1_000u64;
+        let ids: Vec<ConnId> = (0..40u16)
+            .map(|p| {
+                now += rnd() % 3_000;
+                let id = t
+                    .insert(&key(p), &L4Info::NONE, 60, None, 0, now)
+                    .expect("room");
+                last_refresh.insert(id, (now, 1_000u32));
+                id
+            })
+            .collect();
+        for _ in 0..2_000 {
+            now += rnd() % 5_000;
+            let id = ids[(rnd() % 40) as usize];
+            let dir = if rnd() % 3 == 0 {
+                Dir::Reply
+            } else {
+                Dir::Original
+            };
+            assert_eq!(
+                t.track(id, dir, &L4Info::NONE, 60, now),
+                TrackVerdict::Accept
+            );
+            let assured = t.get(id).expect("live").replied();
+            last_refresh.insert(id, (now, if assured { 100_000 } else { 1_000 }));
+            assert_lists_in_order(&t);
+        }
+        for (id, (at, timeout)) in &last_refresh {
+            let exact = Millis::from(deadline(*at, *timeout)) * 1000;
+            let expires = t.get(*id).expect("live").expires_at();
+            assert!(expires >= exact, "expires early");
+            assert!(expires - exact <= Millis::from(timeout / GRID_STEPS) * 1000);
+        }
+
+        // One connection, assured, refreshed every second for 5,000 s: its deadline
+        // (and so its place in the list) moves once per 1,024-second cell.
+        let id = ids[0];
+        let mut moves = 0;
+        let mut expires = t.get(id).expect("live").expires_at();
+        for _ in 0..5_000 {
+            now += 1_000;
+            t.track(id, Dir::Reply, &L4Info::NONE, 60, now);
+            let e = t.get(id).expect("live").expires_at();
+            moves += usize::from(e != expires);
+            expires = e;
+        }
+        assert!((4..=6).contains(&moves), "{moves} moves");
+        assert_lists_in_order(&t);
     }
 }
