@@ -29,7 +29,9 @@
 //! `FERRULE_BENCH_NO_NEW=1` (skip the new-connection case), `FERRULE_BENCH_NO_HUGE=1`
 //! (the table on ordinary 4 KiB pages instead of transparent huge pages),
 //! `FERRULE_BENCH_BURST=<n>` (packets per burst, default 32), `FERRULE_BENCH_CPU_TIME=1` (time with the thread's CPU time instead of wall time, on
-//! a machine shared with other work), `FERRULE_BENCH_COUNT=<bursts>` (no criterion: each
+//! a machine shared with other work), `FERRULE_BENCH_PACKETS_PER_MS=<n>` (how fast the
+//! worker's clock runs, default 30,000 packets per ms; 30 makes every connection of a
+//! million a slow one), `FERRULE_BENCH_COUNT=<bursts>` (no criterion: each
 //! case runs once for that many bursts, for `valgrind --tool=callgrind
 //! --toggle-collect='*counted*'`: the inclusive cost of `Worker::burst` and
 //! `CtPart::ct_nat_burst` is then the timed bursts' cost).
@@ -87,8 +89,20 @@ const NODE: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
 const ROUTER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
 const CISN: u32 = 1000;
 const SISN: u32 = 500_000;
-/// The worker's clock advances as if packets arrived at 30 Mpps.
-const PACKETS_PER_MS: u64 = 30_000;
+/// Packets per millisecond of the worker's clock: 30,000 (as if packets arrived at
+/// 30 Mpps), or `FERRULE_BENCH_PACKETS_PER_MS` — e.g. 30, for a million connections that
+/// each see a packet about every 33 s rather than every 33 ms (slow, long-lived
+/// connections, whose deadlines move between any two of their packets).
+fn packets_per_ms() -> u64 {
+    static N: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *N.get_or_init(|| {
+        std::env::var("FERRULE_BENCH_PACKETS_PER_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&n| n > 0)
+            .unwrap_or(30_000)
+    })
+}
 /// New-connection case: distinct SYNs (999,424: a whole number of arenas), and the
 /// table size they fill.
 const NEW_CONNS: u32 = 122 * ARENA as u32;
@@ -331,7 +345,7 @@ impl Worker {
     #[inline(never)]
     fn burst(&mut self, port: u16, frames: &mut [Frame]) {
         if let Some(ct) = self.ct.as_mut() {
-            ct.now = 1_000 + self.packets / PACKETS_PER_MS;
+            ct.now = 1_000 + self.packets / packets_per_ms();
         }
         let n = frames.len();
         self.packets += n as u64;
@@ -501,7 +515,7 @@ impl CtPart {
     #[inline(never)]
     fn ct_nat_burst(&mut self, port: u16, frames: &mut [Frame], parsed: &mut [Parsed]) {
         let n = frames.len();
-        self.ct.now = 1_000 + self.packets / PACKETS_PER_MS;
+        self.ct.now = 1_000 + self.packets / packets_per_ms();
         self.packets += n as u64;
         let out = if port == POD_PORT { UPLINK } else { POD_PORT };
         let snap = &self.snap;
