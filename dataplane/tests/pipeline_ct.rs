@@ -187,6 +187,18 @@ fn masq_key(nat_port: u16) -> ferrule_dataplane::flow::FlowKey {
     )
 }
 
+/// The reply-direction key of a masqueraded ping whose external id is `id`.
+fn masq_key_icmp(id: u16) -> ferrule_dataplane::flow::FlowKey {
+    ferrule_dataplane::flow::FlowKey::v4(
+        0,
+        1,
+        Ipv4Addr::from(REMOTE),
+        Ipv4Addr::from(NODE),
+        id,
+        id,
+    )
+}
+
 #[test]
 fn ping_and_udp_are_masqueraded_and_icmp_errors_translated_back() {
     let snap = snat_snapshot(vec![(61000, 61999)]);
@@ -212,6 +224,35 @@ fn ping_and_udp_are_masqueraded_and_icmp_errors_translated_back() {
         Action::Forward { port: 0 }
     );
     assert_eq!(decode(&reply), (REMOTE, POD_A_IP, 0x1234, 0x1234, true));
+    // An echo *request* to the node address with the ping's external id has the same
+    // key as its reply, but is not part of the ping: it is not translated to the pod
+    // (to the node address it is local: the node answers it), and the connection does
+    // not count it.
+    let (conn, _) = ct.table.lookup(&masq_key_icmp(id)).expect("tracked");
+    let replies = ct.table.get(conn).expect("live").packets(Dir::Reply);
+    let mut request = Vec::new();
+    PacketBuilder::ethernet2(ROUTER, UPLINK_MAC)
+        .ipv4(REMOTE, NODE, 60)
+        .icmpv4_echo_request(id, 7)
+        .write(&mut request, b"ping")
+        .expect("build");
+    let action = run(&snap, &mut ct, 2, &mut request);
+    assert!(!matches!(action, Action::Forward { port: 0 }), "{action:?}");
+    let (src, dst, ..) = decode(&request);
+    assert!(src != POD_A_IP && dst != POD_A_IP, "{src:?} -> {dst:?}");
+    assert_eq!(
+        ct.table.get(conn).expect("live").packets(Dir::Reply),
+        replies
+    );
+    // Nor is an echo reply from the pod the ping's original direction.
+    let mut pod_reply = Vec::new();
+    PacketBuilder::ethernet2(POD_A, GW_MAC_A)
+        .ipv4(POD_A_IP, REMOTE, 64)
+        .icmpv4_echo_reply(0x1234, 1)
+        .write(&mut pod_reply, b"pong")
+        .expect("build");
+    run(&snap, &mut ct, 0, &mut pod_reply);
+    assert_eq!(ct.table.get(conn).expect("live").packets(Dir::Original), 1);
 
     // UDP out, then a port unreachable about it from the remote side.
     let mut udp = Vec::new();
@@ -556,7 +597,8 @@ fn too_big_for_the_uplink_is_refused_before_masquerading() {
 
 /// A burst of first packets from a pod: each connection gets its own SNAT port (the
 /// burst's own connections taken into account), a second SYN of a connection in the
-/// same burst is refused, and once the ports run out the rest are dropped.
+/// same burst joins the connection the first opened (same port, counted in it), and
+/// once the ports run out the rest are dropped.
 #[test]
 fn a_burst_of_new_connections_gets_distinct_ports() {
     // Four ports for six connections: the allocator's first pick often clashes with a
@@ -581,11 +623,11 @@ fn a_burst_of_new_connections_gets_distinct_ports() {
     let forwarded: Vec<usize> = (0..frames.len())
         .filter(|&i| actions[i] == Action::Forward { port: 2 })
         .collect();
-    assert_eq!(forwarded, [0, 1, 3, 4], "{actions:?}");
-    assert_eq!(actions[2], Action::Drop(DropReason::CtTableFull));
+    assert_eq!(forwarded, [0, 1, 2, 3, 4], "{actions:?}");
+    assert_eq!(decode(&frames[2]), decode(&frames[0]), "the same mapping");
     assert_eq!(actions[5], Action::Drop(DropReason::SnatPortsExhausted));
     assert_eq!(actions[6], Action::Drop(DropReason::SnatPortsExhausted));
-    let mut ports: Vec<u16> = forwarded
+    let mut ports: Vec<u16> = [0, 1, 3, 4]
         .iter()
         .map(|&i| {
             let (src, dst, sport, _, ok) = decode(&frames[i]);
@@ -597,6 +639,98 @@ fn a_burst_of_new_connections_gets_distinct_ports() {
     assert_eq!(ports, [61000, 61001, 61002, 61003]);
     assert_eq!(ct.table.len(), 4);
     assert_eq!(ct.table.stats().clashes, 1);
+    let fresh = from_a(REMOTE, 40001, 443, 1, Tcp::Syn, &[]);
+    let (id, dir) = ct.table.lookup(&first_key(&fresh)).expect("tracked");
+    assert_eq!(dir, Dir::Original);
+    assert_eq!(ct.table.get(id).expect("live").packets(Dir::Original), 1);
+    let mut syn = from_a(REMOTE, 40000, 443, 1, Tcp::Syn, &[]);
+    let (id, _) = ct.table.lookup(&first_key(&syn)).expect("tracked");
+    assert_eq!(ct.table.get(id).expect("live").packets(Dir::Original), 2);
+    // And a third SYN, in a burst of its own, is that connection's too.
+    assert_eq!(
+        run(&snap, &mut ct, 0, &mut syn),
+        Action::Forward { port: 2 }
+    );
+    assert_eq!(decode(&syn), decode(&frames[0]));
+}
+
+/// The original-direction key of a frame from a pod, as conntrack keys it.
+fn first_key(frame: &[u8]) -> ferrule_dataplane::flow::FlowKey {
+    pipeline::parse(frame, 0).expect("parses").key
+}
+
+/// The resolver race: two UDP queries from one socket (A and AAAA) in one burst both
+/// go out, masqueraded to the same port, and both answers come back; with a reflect
+/// rule and no SNAT, a SYN and its retransmission in one burst both pass and the
+/// answer is let back. Nothing is counted as a full table or invalid.
+#[test]
+fn two_first_packets_of_one_connection_in_a_burst_both_pass() {
+    let query = |id: u8| {
+        let mut f = Vec::new();
+        PacketBuilder::ethernet2(POD_A, GW_MAC_A)
+            .ipv4(POD_A_IP, REMOTE, 64)
+            .udp(33333, 53)
+            .write(&mut f, &[id; 40])
+            .expect("build");
+        f
+    };
+    let snap = snat_snapshot(vec![(61000, 61999)]);
+    let mut ct = conntrack(0, 1);
+    let mut frames = vec![query(1), query(28)];
+    let mut actions = vec![Action::Drop(DropReason::Malformed); 2];
+    let mut scratch = pipeline::Scratch::default();
+    pipeline::process_burst(
+        &snap,
+        0,
+        frames.as_mut_slice(),
+        &mut actions,
+        &mut scratch,
+        Some(&mut ct),
+        &mut NoTrace,
+    );
+    assert_eq!(actions, [Action::Forward { port: 2 }; 2]);
+    let (src, dst, nat_port, _, ok) = decode(&frames[0]);
+    assert_eq!((src, dst, ok), (NODE, REMOTE, true));
+    assert_eq!(decode(&frames[1]), (NODE, REMOTE, nat_port, 53, true));
+    assert_eq!(ct.table.len(), 1);
+    let (id, _) = ct.table.lookup(&first_key(&query(1))).expect("tracked");
+    assert_eq!(ct.table.get(id).expect("live").packets(Dir::Original), 2);
+    for answer in [1u8, 28] {
+        let mut f = Vec::new();
+        PacketBuilder::ethernet2(ROUTER, UPLINK_MAC)
+            .ipv4(REMOTE, NODE, 60)
+            .udp(53, nat_port)
+            .write(&mut f, &[answer; 60])
+            .expect("build");
+        assert_eq!(run(&snap, &mut ct, 2, &mut f), Action::Forward { port: 0 });
+        assert_eq!(decode(&f), (REMOTE, POD_A_IP, 53, 33333, true));
+    }
+    let drops = ct.table.stats();
+    assert_eq!((drops.table_full, drops.invalid), (0, 0));
+
+    // Reflect, no SNAT: pod-a to pod-b, a SYN and its retransmission in one burst
+    // both pass, and the answer comes back through pod-a's deny-all egress table.
+    let snap = reflect_snapshot(1, true);
+    let mut ct = conntrack(0, 1);
+    let syn = || from_a(POD_B_IP, 40000, 80, 1, Tcp::Syn, &[]);
+    let mut frames = vec![syn(), syn()];
+    let mut actions = vec![Action::Drop(DropReason::Malformed); 2];
+    pipeline::process_burst(
+        &snap,
+        0,
+        frames.as_mut_slice(),
+        &mut actions,
+        &mut scratch,
+        Some(&mut ct),
+        &mut NoTrace,
+    );
+    assert_eq!(actions, [Action::Forward { port: 1 }; 2]);
+    assert_eq!(ct.table.len(), 1);
+    let mut answer = from_b(POD_A_IP, 80, 40000, 9, Tcp::SynAck(2), &[]);
+    assert_eq!(
+        run(&snap, &mut ct, 1, &mut answer),
+        Action::Forward { port: 0 }
+    );
 }
 
 /// Established traffic both ways in bursts of many sizes — so that the lookup's

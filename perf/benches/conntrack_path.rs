@@ -28,10 +28,13 @@
 //! `1000,1000000`), `FERRULE_BENCH_NO_BASELINE=1` (skip the conntrack-off runs),
 //! `FERRULE_BENCH_NO_NEW=1` (skip the new-connection case), `FERRULE_BENCH_NO_HUGE=1`
 //! (the table on ordinary 4 KiB pages instead of transparent huge pages),
-//! `FERRULE_BENCH_BURST=<n>` (packets per burst, default 32), `FERRULE_BENCH_CPU_TIME=1` (time with the thread's CPU time instead of wall time, on
+//! `FERRULE_BENCH_BURST=<n>` (packets per burst, default 32),
+//! `FERRULE_BENCH_CPU_TIME=1` (time with the thread's CPU time instead of wall time, on
 //! a machine shared with other work), `FERRULE_BENCH_PACKETS_PER_MS=<n>` (how fast the
 //! worker's clock runs, default 30,000 packets per ms; 30 makes every connection of a
-//! million a slow one), `FERRULE_BENCH_COUNT=<bursts>` (no criterion: each
+//! million a slow one), `FERRULE_BENCH_TABLE_SCALE=<n>` (the established cases'
+//! table `n` times larger than the connection count rounded up to a power of two,
+//! default 1; 1 to 16), `FERRULE_BENCH_COUNT=<bursts>` (no criterion: each
 //! case runs once for that many bursts, for `valgrind --tool=callgrind
 //! --toggle-collect='*counted*'`: the inclusive cost of `Worker::burst` and
 //! `CtPart::ct_nat_burst` is then the timed bursts' cost).
@@ -102,6 +105,16 @@ fn packets_per_ms() -> u64 {
             .filter(|&n| n > 0)
             .unwrap_or(30_000)
     })
+}
+/// How many times the established cases' table is larger than the connection count
+/// rounded up to a power of two: 1, or `FERRULE_BENCH_TABLE_SCALE` (a less loaded
+/// index: fewer keys stored past their home bucket, more memory per connection).
+fn table_scale() -> u32 {
+    std::env::var("FERRULE_BENCH_TABLE_SCALE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n: &u32| (1..=16).contains(&n))
+        .unwrap_or(1)
 }
 /// New-connection case: distinct SYNs (999,424: a whole number of arenas), and the
 /// table size they fill.
@@ -624,7 +637,7 @@ fn record(samples: &Samples, name: &str, iters: u64, t: Duration) {
 /// returns the worker with the stream of established packets, and the same stream for
 /// the conntrack-off baseline (replies addressed to the pods).
 fn established(n: u32, stream_len: usize) -> (Worker, Vec<Frame>, Vec<Frame>) {
-    let max = n.next_power_of_two().max(262_144);
+    let max = n.next_power_of_two().max(262_144) * table_scale();
     let mut w = Worker::new(snapshot(true), Some(conntrack(max)));
     let start = Instant::now();
     // SYNs: learn each connection's SNAT port from the masqueraded frame.

@@ -13,10 +13,17 @@
  *
  *   gcc -O2 -o memfloor perf/memfloor/memfloor.c
  *   gcc -O2 -DENTRY=64 -o memfloor64 perf/memfloor/memfloor.c   (one-line entries)
- *   ./memfloor [CONNS=1048576] [WORK=30] [HUGE=1] [BA=8] [EA=4]
+ *   ./memfloor [CONNS=1048576] [WORK=30] [HUGE=1] [BA=8] [EA=4] [WIDE=0]
+ *
+ * HUGE: 0 the guest's 4 KiB pages, 1 transparent huge pages (2 MiB), 2 one 1 GiB
+ * hugetlbfs page for everything (reserve it first:
+ * `echo 1 > /sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages`, and give it
+ * back with 0 afterwards). WIDE=1 makes the work six independent add chains per step
+ * instead of one multiply chain: about the stages' instructions per cycle, so that
+ * the reorder buffer covers as little time as it does for the real code.
  *
  * Prints ns per packet for 1,024 connections (everything cached) and for CONNS, for
- * both prefetch schemes. No packets, no network: memory only.
+ * each scheme. No packets, no network: memory only.
  */
 #define _GNU_SOURCE
 #include <stdint.h>
@@ -47,7 +54,30 @@ static inline uint64_t next(void) {
     return rng;
 }
 
+/* HUGE=2: one 1 GiB page, handed out from the start again by each run. */
+#define GIB (1UL << 30)
+static char *gib;
+static size_t gib_used;
+
 static char *alloc(size_t size, int huge) {
+    if (huge == 2) {
+        if (!gib) {
+            gib = mmap(NULL, GIB, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | (30 << MAP_HUGE_SHIFT), -1, 0);
+            if (gib == MAP_FAILED) {
+                perror("mmap of a 1 GiB page (is one reserved?)");
+                exit(1);
+            }
+        }
+        if (gib_used + size > GIB) {
+            fprintf(stderr, "more than 1 GiB asked for\n");
+            exit(1);
+        }
+        char *p = gib + gib_used;
+        gib_used += (size + 4095) & ~4095UL;
+        memset(p, 1, size);
+        return p;
+    }
     char *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) {
         perror("mmap");
@@ -64,11 +94,27 @@ static inline void prefetch_entry(char *e) {
     __builtin_prefetch(e + ENTRY - 1);
 }
 
+static int wide;
+
 static inline uint64_t work_on(char *e, uint64_t acc, int work) {
     uint64_t x = (uint64_t)e[0] + acc;
-    for (int w = 0; w < work; w++) {
-        x = x * 0x9E3779B97F4A7C15ULL + (x >> 7);
-        __asm__ volatile("" : "+r"(x));
+    if (wide) {
+        uint64_t y = acc + 1, z = acc + 2, u = acc + 3, v = acc + 5, q = acc + 7;
+        for (int w = 0; w < work; w++) {
+            x += y ^ 3;
+            y += z ^ 5;
+            z += u ^ 9;
+            u += v ^ 17;
+            v += q ^ 33;
+            q += w;
+            __asm__ volatile("" : "+r"(x), "+r"(y), "+r"(z), "+r"(u), "+r"(v), "+r"(q));
+        }
+        x ^= y ^ z ^ u ^ v ^ q;
+    } else {
+        for (int w = 0; w < work; w++) {
+            x = x * 0x9E3779B97F4A7C15ULL + (x >> 7);
+            __asm__ volatile("" : "+r"(x));
+        }
     }
     e[ENTRY * 5 / 8]++;
     e[ENTRY - 12]++;
@@ -124,7 +170,9 @@ static double run(size_t conns, int work, int huge, int pipelined, int ba, int e
         }
     }
     double ns = (cpu_now() - t0) / PACKETS * 1e9;
-    if (one_page) {
+    if (huge == 2) {
+        gib_used = 0;
+    } else if (one_page) {
         munmap(b, pages * 4096);
     } else {
         munmap(b, buckets * 64);
@@ -141,8 +189,14 @@ int main(int argc, char **argv) {
     int huge = argc > 3 ? atoi(argv[3]) : 1;
     int ba = argc > 4 ? atoi(argv[4]) : 8;
     int ea = argc > 5 ? atoi(argv[5]) : 4;
-    printf("conns %zu, work %d, transparent huge pages %s, pipelined bucket %d / entry %d ahead\n",
-           conns, work, huge ? "on" : "off", ba, ea);
+    wide = argc > 6 ? atoi(argv[6]) : 0;
+    static const char *pages_names[] = {"4 KiB pages", "transparent huge pages", "a 1 GiB page"};
+    if (huge < 0 || huge > 2) {
+        fprintf(stderr, "HUGE: 0, 1 or 2\n");
+        return 2;
+    }
+    printf("conns %zu, work %d (%s), %s, pipelined bucket %d / entry %d ahead\n", conns, work,
+           wide ? "six add chains" : "one multiply chain", pages_names[huge], ba, ea);
     static const char *names[] = {"burst", "pipelined", "one page"};
     for (int pipelined = 0; pipelined < 3; pipelined++) {
         double small = run(1024, work, huge, pipelined, ba, ea);

@@ -275,7 +275,11 @@ fn lookup_into<T: Tracer>(
         return Ok(());
     }
     let len = parsed.l3_len as u32;
-    if let Some((id, dir)) = ct.table.lookup_hashed(&parsed.key, hash) {
+    if let Some((id, dir)) = ct
+        .table
+        .lookup_hashed(&parsed.key, hash)
+        .filter(|&(_, dir)| !echo_against(parsed, frame, dir))
+    {
         let l4 = l4_info(parsed, frame);
         match ct.table.track(id, dir, &l4, len, ct.now) {
             TrackVerdict::Invalid => {
@@ -359,6 +363,23 @@ fn lookup_into<T: Tracer>(
     }
     *mark = untracked(ct, parsed, frame, t)?;
     Ok(())
+}
+
+/// Whether the packet is an ICMP or ICMPv6 echo going against the way its
+/// connection's echoes of direction `dir` go: a request in the reply direction or a
+/// reply in the original one. A request and its reply have the same key (the id is
+/// both "ports"), so without this an echo request from outside to the node address
+/// and a masqueraded ping's id would be taken for the ping's reply and translated to
+/// the pod, past the ACLs. Such a packet is not the connection's.
+#[inline(always)]
+fn echo_against(parsed: &Parsed, frame: &[u8], dir: Dir) -> bool {
+    let (request, reply) = match parsed.key.proto {
+        ICMP => (8, 0),
+        ICMPV6 => (128, 129),
+        _ => return false,
+    };
+    let against = if dir == Dir::Original { reply } else { request };
+    parsed.l4_offset != 0 && frame.get(parsed.l4_offset) == Some(&against)
 }
 
 /// The end of [`lookup_hashed`] for a packet of no connection: an ICMP error about a
@@ -681,7 +702,10 @@ fn commit_untracked<T: Tracer>(
                     trace!(t, Stage::Conntrack, "cannot open a connection: drop");
                     return Err(Action::Drop(DropReason::CtInvalid));
                 }
-                Err(e @ (InsertError::TableFull | InsertError::ZoneFull | InsertError::Exists)) => {
+                Err(InsertError::Exists) => {
+                    return join_burst_connection(ct, parsed, frame, hash, &l4, t);
+                }
+                Err(e @ (InsertError::TableFull | InsertError::ZoneFull)) => {
                     trace!(t, Stage::Conntrack, "not tracked ({}): drop", e);
                     return Err(Action::Drop(DropReason::CtTableFull));
                 }
@@ -691,6 +715,54 @@ fn commit_untracked<T: Tracer>(
             }
             Ok(())
         }
+    }
+}
+
+/// A first packet whose tuple an earlier packet of the same burst opened a connection
+/// for, after the burst's lookups (a resolver's A and AAAA queries from one socket, a
+/// retransmitted SYN): the packet is that connection's, as if it had been looked up
+/// after the insert — tracked, and masqueraded with the connection's mapping — rather
+/// than dropped (netfilter resolves the same race at confirmation).
+#[inline(never)]
+fn join_burst_connection<T: Tracer>(
+    ct: &mut Conntrack,
+    parsed: &Parsed,
+    frame: &mut [u8],
+    hash: &KeyHash,
+    l4: &L4Info,
+    t: &mut T,
+) -> Result<(), Action> {
+    let Some((id, dir)) = ct.table.lookup_hashed(&parsed.key, *hash) else {
+        // Only the reply tuple clashed: the SNAT allocator checks its tuples against the
+        // table as it is, so this is a connection whose reply tuple is another's.
+        trace!(t, Stage::Conntrack, "reply tuple already tracked: drop");
+        return Err(Action::Drop(DropReason::CtInvalid));
+    };
+    match ct.table.track(id, dir, l4, parsed.l3_len as u32, ct.now) {
+        TrackVerdict::Accept => {}
+        TrackVerdict::Invalid | TrackVerdict::Reopen => {
+            trace!(
+                t,
+                Stage::Conntrack,
+                "connection {} opened earlier in the burst: invalid in its state: drop",
+                id.index()
+            );
+            return Err(Action::Drop(DropReason::CtInvalid));
+        }
+    }
+    let nat = ct.table.get(id).and_then(|c| c.nat());
+    trace!(
+        t,
+        Stage::Conntrack,
+        "connection {} opened earlier in the burst: joined",
+        id.index()
+    );
+    match (dir, nat) {
+        (Dir::Original, Some(nat)) => masquerade(parsed, frame, nat, t),
+        // A reply to a masqueraded connection in the burst that opened it would have
+        // been routed to the node address: it cannot be translated back here.
+        (Dir::Reply, Some(_)) => Err(Action::Drop(DropReason::CtInvalid)),
+        (_, None) => Ok(()),
     }
 }
 
