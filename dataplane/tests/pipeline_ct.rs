@@ -189,14 +189,7 @@ fn masq_key(nat_port: u16) -> ferrule_dataplane::flow::FlowKey {
 
 /// The reply-direction key of a masqueraded ping whose external id is `id`.
 fn masq_key_icmp(id: u16) -> ferrule_dataplane::flow::FlowKey {
-    ferrule_dataplane::flow::FlowKey::v4(
-        0,
-        1,
-        Ipv4Addr::from(REMOTE),
-        Ipv4Addr::from(NODE),
-        id,
-        id,
-    )
+    ferrule_dataplane::flow::FlowKey::v4(0, 1, Ipv4Addr::from(REMOTE), Ipv4Addr::from(NODE), id, id)
 }
 
 #[test]
@@ -434,6 +427,109 @@ fn an_acl_change_closes_connections_the_new_rules_deny() {
         run(&snap3, &mut lax, 0, &mut ack),
         Action::Forward { port: 1 }
     );
+}
+
+/// After an ACL change the first packet of a connection to arrive may be a reply: the
+/// connection's original tuple is checked against the changed tables then — the
+/// ingress table of the port the reply leaves by, the egress table of the port it came
+/// in by, the global table when that is the uplink. Denied: the reply is dropped and
+/// the connection closed (a reply used to mark it checked without a check, so that
+/// the original direction went on past the new rules). Permitted: it is marked
+/// checked, and the original direction's next packet is not checked again.
+#[test]
+fn an_acl_change_is_checked_on_a_reply_too() {
+    let open = |snap: &Snapshot, ct: &mut Conntrack| {
+        let mut syn = from_a(POD_B_IP, 40000, 80, 1, Tcp::Syn, &[]);
+        assert_eq!(run(snap, ct, 0, &mut syn), Action::Forward { port: 1 });
+        let mut synack = from_b(POD_A_IP, 80, 40000, 9, Tcp::SynAck(2), &[]);
+        assert_eq!(run(snap, ct, 1, &mut synack), Action::Forward { port: 0 });
+    };
+    let snap1 = reflect_snapshot(1, true);
+    // Generation 3 denies port 80 on pod-b's egress: the reply closes the connection.
+    let mut ct = conntrack(0, 1);
+    open(&snap1, &mut ct);
+    let snap3 = reflect_snapshot(3, false);
+    let mut reply = from_b(POD_A_IP, 80, 40000, 10, Tcp::Ack(2), b"y");
+    let mut rec = Recorder::default();
+    assert_eq!(
+        pipeline::process_ct(&snap3, 1, &mut reply, Some(&mut ct), &mut rec),
+        Action::Drop(DropReason::AclDeny)
+    );
+    assert!(ct.table.is_empty(), "closed");
+    assert!(
+        rec.stages
+            .iter()
+            .any(|(_, d)| d.contains("denied by the changed egress table pod-b-egress")),
+        "{:?}",
+        rec.stages
+    );
+    let mut ack = from_a(POD_B_IP, 40000, 80, 2, Tcp::Ack(10), b"x");
+    assert_eq!(
+        run(&snap3, &mut ct, 0, &mut ack),
+        Action::Drop(DropReason::AclDeny)
+    );
+    // Generation 2 still permits: the reply passes and marks the connection checked.
+    let mut ct = conntrack(0, 1);
+    open(&snap1, &mut ct);
+    let snap2 = reflect_snapshot(2, true);
+    let mut reply = from_b(POD_A_IP, 80, 40000, 10, Tcp::Ack(2), b"y");
+    assert_eq!(
+        run(&snap2, &mut ct, 1, &mut reply),
+        Action::Forward { port: 0 }
+    );
+    let (id, _) = ct
+        .table
+        .lookup(&first_key(&from_a(
+            POD_B_IP,
+            40000,
+            80,
+            2,
+            Tcp::Ack(10),
+            &[],
+        )))
+        .expect("tracked");
+    assert_eq!(ct.table.get(id).expect("live").acl_generation(), 2);
+    let mut ack = from_a(POD_B_IP, 40000, 80, 2, Tcp::Ack(11), &[]);
+    let mut rec = Recorder::default();
+    assert_eq!(
+        pipeline::process_ct(&snap2, 0, &mut ack, Some(&mut ct), &mut rec),
+        Action::Forward { port: 1 }
+    );
+    assert!(
+        !rec.stages
+            .iter()
+            .any(|(_, d)| d.contains("ACLs changed: checked again")),
+        "{:?}",
+        rec.stages
+    );
+
+    // Masqueraded: a global table that now denies port 443 closes the connection on
+    // the first reply from outside.
+    let snat = snat_snapshot(vec![(61000, 61999)]);
+    let mut ct = conntrack(0, 1);
+    let mut syn = from_a(REMOTE, 40000, 443, 1000, Tcp::Syn, &[]);
+    assert_eq!(
+        run(&snat, &mut ct, 0, &mut syn),
+        Action::Forward { port: 2 }
+    );
+    let (_, _, nat_port, _, _) = decode(&syn);
+    let mut denying = snat.clone();
+    let mut acl = (*denying.acl).clone();
+    acl.tables = vec![table(
+        0,
+        "global",
+        vec![rule(AclAction::Deny, Proto::TCP, "any", Some(443))],
+    )];
+    acl.global = Some(0);
+    acl.any_egress = true;
+    acl.generation = snat.acl.generation + 1;
+    denying.acl = Arc::new(acl);
+    let mut synack = from_remote(NODE, 443, nat_port, 5000, Tcp::SynAck(1001), &[]);
+    assert_eq!(
+        run(&denying, &mut ct, 2, &mut synack),
+        Action::Drop(DropReason::AclDeny)
+    );
+    assert!(ct.table.is_empty(), "closed");
 }
 
 #[test]

@@ -5,6 +5,7 @@
 //! traffic and masquerades original-direction packets.
 
 use super::{trace, Action, Frames, Parsed, Stage, Tracer};
+use crate::acl::table::Direction;
 use crate::conntrack::{
     ConnId, ConnTable, CtConfig, Dir, InsertError, KeyHash, L4Info, MemoryAdvice, Millis, Nat,
     TrackVerdict,
@@ -794,6 +795,62 @@ fn masquerade<T: Tracer>(
         nat.port
     );
     Ok(())
+}
+
+/// The re-check of a connection after an ACL change when the first packet to arrive
+/// is a reply: the ACLs judge a connection by its original direction, so the
+/// connection's original tuple goes through the tables its original packets meet —
+/// the ingress table of `out_port` (the port the reply leaves by, which the original
+/// packets came in by), the egress table of `in_port` and, when `in_port` is an
+/// uplink, the global table. Returns whether they all permit it; when one denies it,
+/// the connection is closed (the reply is then dropped as `acl-deny`). A connection
+/// they permit is marked checked by [`commit`].
+#[inline(never)]
+pub fn reply_recheck<T: Tracer>(
+    snap: &Snapshot,
+    ct: &mut Conntrack,
+    in_port: u16,
+    out_port: u16,
+    id: ConnId,
+    t: &mut T,
+) -> bool {
+    let Some(key) = ct.table.get(id).map(|c| c.key()) else {
+        return true;
+    };
+    let acl = &*snap.acl;
+    let uplink = snap
+        .ports
+        .get(usize::from(in_port))
+        .is_some_and(|p| p.role == PortRole::Uplink);
+    let tables = [
+        ("ingress", acl.attached(out_port, Direction::Ingress)),
+        ("egress", acl.attached(in_port, Direction::Egress)),
+        ("global", acl.global().filter(|_| uplink)),
+    ];
+    for (direction, table) in tables {
+        let Some(table) = table else { continue };
+        let mut result = [0u32];
+        table.classify(std::slice::from_ref(&key), &mut result);
+        if !table.permits(result[0]) {
+            trace!(
+                t,
+                Stage::Conntrack,
+                "connection {}: its original direction is denied by the changed {} table {}: closed",
+                id.index(),
+                direction,
+                table.name
+            );
+            ct.table.remove(id);
+            return false;
+        }
+    }
+    trace!(
+        t,
+        Stage::Conntrack,
+        "connection {}: its original direction is still permitted by the changed ACLs",
+        id.index()
+    );
+    true
 }
 
 /// Closes the connection of a packet the changed ACLs now deny.

@@ -20,7 +20,7 @@ pub mod synth;
 use crate::acl::rule::Action as RuleAction;
 use crate::acl::table::{Direction, Table};
 use crate::acl::FlowKey;
-use crate::conntrack::KeyHash;
+use crate::conntrack::{Dir, KeyHash};
 use crate::counters::DropReason;
 use crate::lpm;
 use crate::snapshot::{NextHopEntry, PortRole, PortState, Snapshot};
@@ -489,6 +489,18 @@ pub fn process_burst<F: Frames + ?Sized, T: Tracer>(
             continue;
         }
         if let Some(ct) = ct.as_deref_mut() {
+            if let CtMark::Tracked {
+                id,
+                dir: Dir::Reply,
+                checked: false,
+                ..
+            } = s.ct[i]
+            {
+                if !ct::reply_recheck(snap, ct, in_port, out, id, t) {
+                    actions[i] = Action::Drop(DropReason::AclDeny);
+                    continue;
+                }
+            }
             let reflect = s.acl.reflect[i];
             let frame = frames.frame_mut(i);
             if let Err(a) = ct::commit(
