@@ -639,6 +639,31 @@ fn packets_go_to_the_worker_that_owns_their_connection() {
         pipeline::ct::owner(&parsed, f, &snap.snat, 2)
     };
     assert_eq!(owner_of(&ab, 0), owner_of(&ba, 1));
+
+    // The SNAT range narrowed by a `vpc.sync` that no longer holds the port: the
+    // connection keeps its mapping, and its replies still go to its owner.
+    let narrowed = snat_snapshot(vec![(62000, 62999)]);
+    // (The SYN-ACK again: a retransmission.)
+    let (mut f, mut g) = (reply.clone(), reply.clone());
+    assert_eq!(
+        run(&narrowed, &mut w[1 - owner], 2, &mut f),
+        Action::Handoff {
+            worker: owner as u16
+        }
+    );
+    assert_eq!(
+        run(&narrowed, &mut w[owner], 2, &mut g),
+        Action::Forward { port: 0 }
+    );
+    for port in 61000..61032u16 {
+        let f = from_remote(NODE, 443, port, 5000, Tcp::Ack(1001), &[]);
+        let parsed = pipeline::parse(&f, 2).expect("parse");
+        assert_eq!(
+            pipeline::ct::owner(&parsed, &f, &narrowed.snat, 2),
+            port % 2,
+            "port {port}"
+        );
+    }
 }
 
 #[test]

@@ -138,6 +138,10 @@ fn quoted(parsed: &Parsed, frame: &[u8]) -> Option<FlowKey> {
 /// The worker that owns a packet's connection. Replies to masqueraded connections (and
 /// errors about them) go to the worker whose SNAT port they carry; everything else to
 /// the worker a symmetric hash of the flow picks, the same for both directions.
+/// Anything addressed to a node IP is named by its port, in the SNAT range or not:
+/// nothing but masqueraded connections' replies passes through a node IP (the rest is
+/// local, answered or dropped by any worker), and a connection masqueraded before
+/// `vpc.sync` narrowed the range keeps its port, and so its owner.
 pub fn owner(parsed: &Parsed, frame: &[u8], snat: &SnatPolicy, workers: u16) -> u16 {
     if workers <= 1 {
         return 0;
@@ -152,9 +156,7 @@ pub fn owner(parsed: &Parsed, frame: &[u8], snat: &SnatPolicy, workers: u16) -> 
     if key.family == Family::V4 && snat.is_node_ip(Ipv4Addr::from(key.dst_v4())) {
         // A reply arrives at NAT address:port; an error quotes NAT address:port → remote.
         let nat_port = if error { flow.src_port } else { key.dst_port };
-        if snat.port_in_range(nat_port) {
-            return port_owner(nat_port, workers);
-        }
+        return port_owner(nat_port, workers);
     }
     (flow.symmetric_hash() % u64::from(workers)) as u16
 }
