@@ -70,13 +70,15 @@ pub struct CtFilterArgs {
     /// Destination address of the original direction.
     #[arg(long, value_name = "IP")]
     pub dst: Option<String>,
-    /// tcp, udp, sctp, icmp, icmpv6 or a protocol number.
+    /// tcp, udp, sctp, icmp, icmpv6 (any case) or a protocol number.
     #[arg(long, value_name = "PROTO")]
     pub proto: Option<String>,
     /// A port of either end, either direction (ICMP echo: the identifier).
     #[arg(long, value_name = "PORT")]
     pub port: Option<u16>,
-    /// A state: SYN_SENT, ESTABLISHED, TIME_WAIT, …, UNREPLIED, ASSURED, ECHO.
+    /// A state, any case: SYN_SENT, SYN_RECV, ESTABLISHED, FIN_WAIT, CLOSE_WAIT,
+    /// LAST_ACK, TIME_WAIT, CLOSE, SYN_SENT2 (TCP), UNREPLIED, ASSURED (UDP), ECHO,
+    /// OTHER; any other name is refused.
     #[arg(long, value_name = "STATE")]
     pub state: Option<String>,
 }

@@ -4,6 +4,7 @@
 use super::{no_params, to_value, Daemon};
 use crate::api::{self, CtFilterParams, CtTuple};
 use crate::rpc::{parse_params, RpcError};
+use ferrule_dataplane::conntrack::STATE_NAMES;
 use ferrule_dataplane::counters::DropReason;
 use ferrule_dataplane::ct_requests::{ConnInfo, CtFilter, CtReply, CtRequest};
 use ferrule_dataplane::flow::FlowKey;
@@ -37,7 +38,7 @@ fn proto_name(p: u8) -> String {
 }
 
 fn proto_number(text: &str) -> Option<u8> {
-    match text {
+    match text.to_ascii_lowercase().as_str() {
         "icmp" => Some(1),
         "tcp" => Some(6),
         "udp" => Some(17),
@@ -45,6 +46,21 @@ fn proto_number(text: &str) -> Option<u8> {
         "sctp" => Some(132),
         n => n.parse().ok(),
     }
+}
+
+/// A state filter's name as dumps show it (any case given), or the error naming the
+/// field and the names there are.
+fn state_name(text: &str) -> Result<String, RpcError> {
+    STATE_NAMES
+        .iter()
+        .find(|n| n.eq_ignore_ascii_case(text))
+        .map(|n| n.to_string())
+        .ok_or_else(|| {
+            RpcError::invalid_params(
+                "state",
+                format!("{text:?}: one of {}", STATE_NAMES.join(", ")),
+            )
+        })
 }
 
 fn endpoint(addr: IpAddr, port: u16) -> String {
@@ -98,7 +114,7 @@ impl Daemon {
                 })
                 .transpose()?,
             port: p.port,
-            state: p.state.clone(),
+            state: p.state.as_deref().map(state_name).transpose()?,
             nat_only: false,
         })
     }
@@ -279,5 +295,26 @@ impl Daemon {
             })
             .collect();
         to_value(api::NatDump { entries, truncated })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filters_take_names_in_any_case_and_refuse_unknown_ones() {
+        assert_eq!(proto_number("TCP"), Some(6));
+        assert_eq!(proto_number("icmpv6"), Some(58));
+        assert_eq!(proto_number("47"), Some(47));
+        assert_eq!(proto_number("tcpx"), None);
+        assert_eq!(state_name("established").expect("known"), "ESTABLISHED");
+        assert_eq!(state_name("Time_Wait").expect("known"), "TIME_WAIT");
+        let e = state_name("BOGUS").expect_err("unknown");
+        let text = format!("{e:?}");
+        assert!(
+            text.contains("state") && text.contains("BOGUS") && text.contains("ASSURED"),
+            "{text}"
+        );
     }
 }

@@ -149,6 +149,24 @@ impl ConnState {
     }
 }
 
+/// Every name [`ConnState::name`] gives, in the order dumps document them (what a
+/// state filter may name).
+pub const STATE_NAMES: [&str; 13] = [
+    "SYN_SENT",
+    "SYN_RECV",
+    "ESTABLISHED",
+    "FIN_WAIT",
+    "CLOSE_WAIT",
+    "LAST_ACK",
+    "TIME_WAIT",
+    "CLOSE",
+    "SYN_SENT2",
+    "UNREPLIED",
+    "ASSURED",
+    "ECHO",
+    "OTHER",
+];
+
 impl std::fmt::Display for ConnState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())

@@ -494,5 +494,22 @@ mod tests {
         }
         assert_eq!(TcpState::TimeWait.name(), "TIME_WAIT");
         assert_eq!(TcpState::from_code(9), None);
+        // The state filter's list holds every name a dump shows, and nothing else.
+        use super::super::{ConnState, STATE_NAMES};
+        let mut shown: Vec<&str> = TcpState::ALL
+            .iter()
+            .map(|&t| ConnState::Tcp(t))
+            .chain([
+                ConnState::UdpUnreplied,
+                ConnState::UdpAssured,
+                ConnState::IcmpEcho,
+                ConnState::Other,
+            ])
+            .map(ConnState::name)
+            .collect();
+        let mut listed = STATE_NAMES.to_vec();
+        shown.sort_unstable();
+        listed.sort_unstable();
+        assert_eq!(shown, listed);
     }
 }
