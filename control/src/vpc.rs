@@ -129,6 +129,45 @@ pub fn policy(spec: &VpcSync, uplink_addrs: &[Ipv4Addr]) -> Result<SnatPolicy, V
     })
 }
 
+/// Fewest ports a worker's share of the SNAT range should hold: below it a warning
+/// says how few (one per worker's concurrent connections to one remote endpoint).
+pub const SHARE_WARN: usize = 64;
+
+/// Each worker masquerades only to the ports `p` of the range with
+/// `p % workers == worker` (the port names the connection's owner): how many ports each
+/// of `workers` workers gets from `ports`.
+pub fn port_shares(ports: &[(u16, u16)], workers: u16) -> Vec<usize> {
+    let n = usize::from(workers.max(1));
+    let mut shares = vec![0usize; n];
+    for &(lo, hi) in ports {
+        for p in lo..=hi {
+            shares[usize::from(p) % n] += 1;
+        }
+    }
+    shares
+}
+
+/// Refuses a SNAT range that leaves a worker without a port (its pods' traffic to
+/// outside the VPC would all be dropped as `snat-ports-exhausted` while other workers
+/// have ports free); the smallest share, for a warning when it is below
+/// [`SHARE_WARN`].
+pub fn check_port_shares(ports: &[(u16, u16)], workers: u16) -> Result<usize, VpcError> {
+    let shares = port_shares(ports, workers);
+    let total: usize = shares.iter().sum();
+    match shares.iter().position(|&s| s == 0) {
+        Some(w) => Err(err(
+            "snat_ports".into(),
+            format!(
+                "{total} port(s) for {workers} workers leave worker {w} none (worker w \
+                 masquerades only to the ports p with p % {workers} == w): give at least \
+                 {workers} ports, and {} or more for {SHARE_WARN} per worker",
+                usize::from(workers) * SHARE_WARN
+            ),
+        )),
+        None => Ok(shares.iter().copied().min().unwrap_or(0)),
+    }
+}
+
 /// The state in force, for `vpc.show`.
 pub fn state(p: &SnatPolicy) -> VpcState {
     VpcState {
@@ -147,6 +186,26 @@ pub fn state(p: &SnatPolicy) -> VpcState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_worker_needs_a_share_of_the_snat_ports() {
+        assert_eq!(port_shares(&[(61000, 61003)], 2), [2, 2]);
+        assert_eq!(port_shares(&[(61000, 61002)], 2), [2, 1]);
+        assert_eq!(
+            port_shares(&[(61000, 61000), (61003, 61003)], 4),
+            [1, 0, 0, 1]
+        );
+        assert_eq!(check_port_shares(&[(61000, 61003)], 4), Ok(1));
+        assert_eq!(check_port_shares(&DEFAULT_PORTS, 8), Ok(61_744 / 8));
+        let e = check_port_shares(&[(61000, 61001)], 4).expect_err("two workers without ports");
+        assert_eq!(e.field, "snat_ports");
+        assert!(
+            e.message.contains("worker 2") && e.message.contains("at least 4"),
+            "{}",
+            e.message
+        );
+        assert_eq!(check_port_shares(&[(61000, 61001)], 1), Ok(2));
+    }
 
     fn spec(node: &[&str], vpc: &[&str], ports: Option<&str>) -> VpcSync {
         VpcSync {

@@ -286,6 +286,21 @@ impl Daemon {
         }
         let worker_lcores = lcore::worker_lcores();
         let n_workers = worker_lcores.len().max(1) as u16;
+        match crate::vpc::check_port_shares(&cfg.snat.ports, n_workers) {
+            Err(e) => {
+                return Err(StartError::Fib {
+                    field: "vpc.snat_ports",
+                    message: e.message,
+                })
+            }
+            Ok(least) if least < crate::vpc::SHARE_WARN => tracing::warn!(
+                workers = n_workers,
+                ports_per_worker = least,
+                "vpc.snat_ports gives some workers fewer than {} ports",
+                crate::vpc::SHARE_WARN
+            ),
+            Ok(_) => {}
+        }
         let mut ports = Vec::with_capacity(cfg.ports.len());
         for p in &cfg.ports {
             let eth = start_port(p, n_workers, &cfg.dataplane, &pool).map_err(|err| {

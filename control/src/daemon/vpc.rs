@@ -11,6 +11,17 @@ impl Daemon {
         let spec: VpcSync = parse_params(params)?;
         let policy = crate::vpc::policy(&spec, &self.fib.uplink_v4())
             .map_err(|e| RpcError::invalid_params(&e.field, e.message))?;
+        let workers = self.workers.len().max(1) as u16;
+        let least = crate::vpc::check_port_shares(&policy.ports, workers)
+            .map_err(|e| RpcError::invalid_params(&e.field, e.message))?;
+        if least < crate::vpc::SHARE_WARN {
+            tracing::warn!(
+                workers,
+                ports_per_worker = least,
+                "the SNAT port range gives some workers fewer than {} ports",
+                crate::vpc::SHARE_WARN
+            );
+        }
         if *self.fib.snat() != policy {
             tracing::info!(
                 node_ips = ?policy.node_ips,
