@@ -745,6 +745,13 @@ pub struct CtZone {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct CtStatsResult {
     pub workers: Vec<CtWorkerStats>,
+    /// The node-wide limits, over all workers: most connections (`[ct]
+    /// max-connections`, by default every table full) and most of one network
+    /// (`max-per-zone`); 0 when the workers do not share limits.
+    #[serde(default)]
+    pub max_connections: u32,
+    #[serde(default)]
+    pub max_per_zone: u32,
     pub zones: Vec<CtZone>,
     /// The conntrack and NAT drop reasons with their counts, summed over workers
     /// (`ct-invalid`, `ct-table-full`, `snat-ports-exhausted`, `handoff-full`).

@@ -64,11 +64,27 @@ pub struct Config {
 /// `[ct]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CtSection {
-    /// Limits (per worker) and timeouts.
+    /// Each worker's table (its size, `max-entries`) and timeouts; its `max_per_zone`
+    /// is the node-wide per-zone limit (see [`CtSection::budget`]).
     pub table: CtConfig,
+    /// Most connections on the node, all workers together (`max-connections`; absent:
+    /// `max-entries` × workers, i.e. only the tables' sizes).
+    pub max_connections: Option<u32>,
     /// Check tracked connections again when the ACL state changes, closing those the
     /// new rules deny (`policy-recheck`).
     pub policy_recheck: bool,
+}
+
+impl CtSection {
+    /// The node-wide limits `workers` workers' tables count against: `max-connections`
+    /// (default: every table full) and `max-per-zone`.
+    pub fn budget(&self, workers: u16) -> std::sync::Arc<ferrule_dataplane::conntrack::CtBudget> {
+        let tables = u64::from(self.table.max_entries) * u64::from(workers.max(1));
+        let total = self
+            .max_connections
+            .unwrap_or(tables.min(u64::from(u32::MAX)) as u32);
+        ferrule_dataplane::conntrack::CtBudget::new(total, self.table.max_per_zone, workers)
+    }
 }
 
 /// `[eal]`.
@@ -306,6 +322,7 @@ struct RawConfig {
 #[serde(deny_unknown_fields, default, rename_all = "kebab-case")]
 struct RawCt {
     max_entries: Spanned<u32>,
+    max_connections: Option<Spanned<u32>>,
     max_per_zone: Spanned<u32>,
     policy_recheck: bool,
     timeouts: RawCtTimeouts,
@@ -316,6 +333,7 @@ impl Default for RawCt {
         let d = CtConfig::default();
         RawCt {
             max_entries: Spanned::new(0..0, d.max_entries),
+            max_connections: None,
             max_per_zone: Spanned::new(0..0, d.max_per_zone),
             policy_recheck: true,
             timeouts: RawCtTimeouts::default(),
@@ -365,7 +383,12 @@ impl Default for RawCtTimeouts {
 impl RawCt {
     fn validate(&self, ctx: &Ctx) -> Result<CtSection, ConfigError> {
         let max = ctx.in_range(&self.max_entries, "ct.max-entries", 1..=MAX_ENTRIES)?;
-        let per_zone = ctx.in_range(&self.max_per_zone, "ct.max-per-zone", 1..=MAX_ENTRIES)?;
+        let per_zone = ctx.in_range(&self.max_per_zone, "ct.max-per-zone", 1..=u32::MAX)?;
+        let max_connections = self
+            .max_connections
+            .as_ref()
+            .map(|m| ctx.in_range(m, "ct.max-connections", 1..=u32::MAX))
+            .transpose()?;
         let t = &self.timeouts;
         let secs = |v: &Spanned<u32>, key: &str| {
             ctx.in_range(v, &format!("ct.timeouts.{key}"), 1..=31_536_000)
@@ -390,6 +413,7 @@ impl RawCt {
                 max_per_zone: per_zone,
                 timeouts,
             },
+            max_connections,
             policy_recheck: self.policy_recheck,
         })
     }
@@ -1449,6 +1473,25 @@ mac = "02:00:00:00:00:0b"
         let e = parse(&bad).unwrap_err();
         assert_eq!(e.key.as_deref(), Some("vpc.snat_ports"));
         assert_eq!(e.line, line_of(&bad, "snat_ports ="));
+    }
+
+    #[test]
+    fn ct_limits_are_node_wide() {
+        let cfg = parse(TWO_PORTS).expect("valid");
+        assert_eq!(cfg.ct.max_connections, None);
+        let b = cfg.ct.budget(2);
+        assert_eq!((b.max_total(), b.max_per_zone()), (2 * 262_144, 262_144));
+        let text = format!(
+            "{TWO_PORTS}\n[ct]\nmax-entries = 1000\nmax-connections = 1500\nmax-per-zone = 300\n"
+        );
+        let cfg = parse(&text).expect("valid");
+        assert_eq!(cfg.ct.table.max_entries, 1000);
+        let b = cfg.ct.budget(2);
+        assert_eq!((b.max_total(), b.max_per_zone()), (1500, 300));
+        let bad = text.replace("max-connections = 1500", "max-connections = 0");
+        let e = parse(&bad).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("ct.max-connections"));
+        assert_eq!(e.line, line_of(&bad, "max-connections ="));
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! burst at a time, counters once per burst, no locks, no heap allocation on the
 //! packet path.
 
-use crate::conntrack::CtConfig;
+use crate::conntrack::{CtBudget, CtConfig};
 use crate::counters::{DropReason, WorkerCounters, MAX_PORTS};
 use crate::ct_requests::{self, CtReply, CtRequest};
 use crate::dpdk::{Burst, Mbuf, Mempool, MAX_BURST};
@@ -25,6 +25,7 @@ const EXPIRE_BUDGET: usize = 64;
 use crate::snapshot::Snapshot;
 use arc_swap::ArcSwap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Where a cross-connected queue sends its packets.
@@ -109,6 +110,8 @@ pub struct Shared {
     tx_queues: [AtomicU32; MAX_PORTS],
     tx_locks: [[AtomicBool; MAX_SHARED_TXQ]; MAX_PORTS],
     started_ns: AtomicU64,
+    /// The node-wide connection limits every worker's table counts against.
+    ct_budget: Option<Arc<CtBudget>>,
 }
 
 /// A packet handed to the worker that owns its connection.
@@ -142,7 +145,20 @@ impl Shared {
             tx_queues: std::array::from_fn(|_| AtomicU32::new(0)),
             tx_locks: std::array::from_fn(|_| std::array::from_fn(|_| AtomicBool::new(false))),
             started_ns: AtomicU64::new(0),
+            ct_budget: None,
         }
+    }
+
+    /// The state shared with the workers, their connection tables counting against
+    /// `budget`'s node-wide limits.
+    pub fn with_ct_budget(mut self, budget: Arc<CtBudget>) -> Shared {
+        self.ct_budget = Some(budget);
+        self
+    }
+
+    /// The node-wide connection limits, if set.
+    pub fn ct_budget(&self) -> Option<&Arc<CtBudget>> {
+        self.ct_budget.as_ref()
     }
 
     /// Tells every worker to leave its loop after the current round.
@@ -364,6 +380,9 @@ pub fn run(plan: &WorkerPlan, shared: &Shared, counters: &WorkerCounters, pool: 
         started: std::time::Instant::now(),
         handed: Burst::new(),
     };
+    if let Some(budget) = &shared.ct_budget {
+        ctx.ct.table.set_budget(Arc::clone(budget));
+    }
     let mut burst = Burst::new();
     let mut idle_polls = 0u32;
     tracing::info!(worker = plan.worker, lcore = plan.lcore, "worker polling");

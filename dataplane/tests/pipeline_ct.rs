@@ -666,6 +666,83 @@ fn packets_go_to_the_worker_that_owns_their_connection() {
     }
 }
 
+/// Two workers' tables counting against node-wide limits: the node's total and a
+/// network's connections stop at their limits whichever worker each connection lands
+/// on, the refusals are `ct-table-full` (counted as table or zone full), established
+/// traffic goes on, and a closed connection frees room on the other worker too.
+#[test]
+fn connection_limits_are_node_wide() {
+    let snap = snat_snapshot(vec![(61000, 61999)]);
+    let budget = ferrule_dataplane::conntrack::CtBudget::new(10, 6, 2);
+    let mut w = [conntrack(0, 2), conntrack(1, 2)];
+    for ct in &mut w {
+        ct.table.set_budget(std::sync::Arc::clone(&budget));
+        ct.no_handoff = true;
+    }
+    // Zone 0 (pods to the outside): six connections at most, over both workers.
+    let mut opened = Vec::new();
+    for i in 0..10u16 {
+        let mut syn = from_a(REMOTE, 40000 + i, 443, 1, Tcp::Syn, &[]);
+        match run(&snap, &mut w[usize::from(i % 2)], 0, &mut syn) {
+            Action::Forward { port: 2 } => opened.push(i),
+            a => assert_eq!(a, Action::Drop(DropReason::CtTableFull)),
+        }
+    }
+    assert_eq!(opened.len(), 6, "{opened:?}");
+    assert_eq!(w[0].table.len() + w[1].table.len(), 6);
+    let zone_full: u64 = w.iter().map(|c| c.table.stats().zone_full).sum();
+    assert_eq!(zone_full, 4);
+    // Traffic of an open connection goes on (its SYN again).
+    let i = opened[0];
+    let mut ack = from_a(REMOTE, 40000 + i, 443, 1, Tcp::Syn, &[]);
+    assert_eq!(
+        run(&snap, &mut w[usize::from(i % 2)], 0, &mut ack),
+        Action::Forward { port: 2 }
+    );
+    // Zone 1 (another network's UDP keys): the node's total of 10 stops it at 4.
+    let mut other = 0;
+    for i in 0..10u16 {
+        let mut key = first_key(&from_a(REMOTE, 50000 + i, 443, 1, Tcp::Syn, &[]));
+        key.network = 1;
+        key.proto = 17;
+        let ct = &mut w[usize::from(i % 2)];
+        let h = ct.table.hash(&key);
+        let l4 = ferrule_dataplane::conntrack::L4Info::NONE;
+        if ct
+            .table
+            .insert_hashed(&key, h, &l4, 40, None, 0, ct.now)
+            .is_ok()
+        {
+            other += 1;
+        }
+    }
+    assert_eq!(other, 4);
+    let table_full: u64 = w.iter().map(|c| c.table.stats().table_full).sum();
+    assert_eq!(table_full, 6);
+    // Closing one of worker 1's zone-0 connections lets worker 0 open one.
+    let gone = *opened
+        .iter()
+        .find(|&&i| i % 2 == 1)
+        .expect("one on worker 1");
+    let (id, _) = w[1]
+        .table
+        .lookup(&first_key(&from_a(
+            REMOTE,
+            40000 + gone,
+            443,
+            1,
+            Tcp::Syn,
+            &[],
+        )))
+        .expect("tracked");
+    w[1].table.remove(id);
+    let mut syn = from_a(REMOTE, 45000, 443, 1, Tcp::Syn, &[]);
+    assert_eq!(
+        run(&snap, &mut w[0], 0, &mut syn),
+        Action::Forward { port: 2 }
+    );
+}
+
 #[test]
 fn trace_shows_the_conntrack_and_nat_stages() {
     let snap = snat_snapshot(vec![(61000, 61999)]);

@@ -215,7 +215,15 @@ pub fn render_ct_stats(s: &CtStatsResult) -> String {
     for drop in &s.drops {
         d.row([drop.reason.clone(), drop.packets.to_string()]);
     }
-    format!("{t}\n{z}\n{d}")
+    let limits = if s.max_connections == 0 {
+        String::new()
+    } else {
+        format!(
+            "node-wide limits: {} connections, {} per network\n",
+            s.max_connections, s.max_per_zone
+        )
+    };
+    format!("{t}\n{limits}{z}\n{d}")
 }
 
 /// Human output of `nat dump`.

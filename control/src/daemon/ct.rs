@@ -255,8 +255,11 @@ impl Daemon {
                     .sum(),
             })
             .collect();
+        let budget = self.shared.ct_budget();
         to_value(api::CtStatsResult {
             workers,
+            max_connections: budget.map_or(0, |b| b.max_total()),
+            max_per_zone: budget.map_or(0, |b| b.max_per_zone()),
             zones: zones
                 .into_iter()
                 .map(|(z, entries)| api::CtZone {

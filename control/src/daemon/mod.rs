@@ -326,11 +326,14 @@ impl Daemon {
             field: e.field,
             message: e.message,
         })?;
-        let shared = Arc::new(Shared::new(
-            fib.snapshot(),
-            PuntQueues::new(PUNT_QUEUE, TRACE_QUEUE),
-            worker_lcores.len(),
-        ));
+        let shared = Arc::new(
+            Shared::new(
+                fib.snapshot(),
+                PuntQueues::new(PUNT_QUEUE, TRACE_QUEUE),
+                worker_lcores.len(),
+            )
+            .with_ct_budget(cfg.ct.budget(n_workers)),
+        );
         for (i, p) in ports.iter().enumerate() {
             shared.set_link(i, p.link_up);
             shared.set_dpdk_id(i, p.eth.id());

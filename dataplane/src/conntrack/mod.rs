@@ -8,10 +8,12 @@
 
 #![forbid(unsafe_code)]
 
+mod budget;
 mod index;
 mod table;
 mod tcp;
 
+pub use budget::{Allowance, CtBudget, Limit};
 pub use index::KeyHash;
 pub use table::{ConnTable, ConnView, CtStats, FreeNat, BYTES_PER_CONNECTION, MAX_ENTRIES};
 pub use tcp::{tcp_wscale, TcpState, TcpWindow};

@@ -3,6 +3,7 @@
 //! tuples of every entry, per-timeout-class aging lists (intrusive, doubly linked, in
 //! expiry order), zone and table limits, counters.
 
+use super::budget::{Allowance, CtBudget, Limit};
 use super::index::{Index, KeyHash, CONNS_PER_BUCKET, IN_NEXT, NO_CANDIDATE};
 use super::tcp::{self, Step, TcpState, TcpWindow, Window, NO_SCALES};
 use super::{
@@ -11,6 +12,7 @@ use super::{
 };
 use crate::flow::{Family, FlowKey};
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 
 /// Most entries one table holds (`max_entries` is clamped to it).
 pub const MAX_ENTRIES: u32 = 1 << 26;
@@ -454,6 +456,8 @@ pub struct ConnTable {
     /// The newest ACL generation given (high bits of every entry's generation).
     acl_latest: u64,
     stats: CtStats,
+    /// The worker's draw on node-wide limits shared with the other workers' tables.
+    allowance: Option<Allowance>,
 }
 
 impl std::fmt::Debug for ConnTable {
@@ -635,7 +639,21 @@ impl ConnTable {
             cursor: 0,
             acl_latest: 0,
             stats: CtStats::default(),
+            allowance: None,
         }
+    }
+
+    /// Counts this table's connections against node-wide limits shared with other
+    /// tables (each worker's), on top of its own capacity and per-zone limit. Call it
+    /// before the first insert.
+    pub fn set_budget(&mut self, budget: Arc<CtBudget>) {
+        debug_assert!(self.is_empty(), "set before the first insert");
+        self.allowance = Some(Allowance::new(budget));
+    }
+
+    /// The node-wide limits this table counts against, if any.
+    pub fn budget(&self) -> Option<&Arc<CtBudget>> {
+        self.allowance.as_ref().map(Allowance::budget)
     }
 
     /// The timeouts the table was built with.
@@ -982,6 +1000,19 @@ impl ConnTable {
             self.stats.clashes += 1;
             return Err(InsertError::Exists);
         }
+        if let Some(a) = self.allowance.as_mut() {
+            match a.take(key.network) {
+                Ok(()) => {}
+                Err(Limit::Total) => {
+                    self.stats.table_full += 1;
+                    return Err(InsertError::TableFull);
+                }
+                Err(Limit::Zone) => {
+                    self.stats.zone_full += 1;
+                    return Err(InsertError::ZoneFull);
+                }
+            }
+        }
 
         let id = self.free;
         let class = CLASS[usize::from(code)];
@@ -1213,6 +1244,9 @@ impl ConnTable {
                 .remove(self.index.hash(&reply_tuple(&key, h.nat())), i << 1 | 1);
         debug_assert!(found, "a live entry is indexed under both tuples");
         self.zone_len[usize::from(h.zone)] -= 1;
+        if let Some(a) = self.allowance.as_mut() {
+            a.give(h.zone);
+        }
         self.len -= 1;
         self.hot[i as usize] = FREE_HOT;
         self.cold[i as usize] = Cold {
