@@ -532,6 +532,64 @@ fn an_acl_change_is_checked_on_a_reply_too() {
     assert!(ct.table.is_empty(), "closed");
 }
 
+/// A SYN on a tuple whose connection is closing opens a new connection, and that SYN
+/// goes through the ACLs like any first packet (here the changed rules deny it: it is
+/// dropped and nothing stays tracked).
+#[test]
+fn a_syn_on_a_closing_connection_is_classified_again() {
+    let snap = reflect_snapshot(1, true);
+    let mut ct = conntrack(0, 1);
+    let mut syn = from_a(POD_B_IP, 40000, 80, 1, Tcp::Syn, &[]);
+    assert_eq!(
+        run(&snap, &mut ct, 0, &mut syn),
+        Action::Forward { port: 1 }
+    );
+    let mut synack = from_b(POD_A_IP, 80, 40000, 9, Tcp::SynAck(2), &[]);
+    assert_eq!(
+        run(&snap, &mut ct, 1, &mut synack),
+        Action::Forward { port: 0 }
+    );
+    let mut rst = from_a(POD_B_IP, 40000, 80, 2, Tcp::Rst(10), &[]);
+    assert_eq!(
+        run(&snap, &mut ct, 0, &mut rst),
+        Action::Forward { port: 1 }
+    );
+    let key = first_key(&from_a(POD_B_IP, 40000, 80, 1, Tcp::Syn, &[]));
+    let (id, _) = ct.table.lookup(&key).expect("still tracked while closing");
+    assert_eq!(ct.table.get(id).expect("live").state().to_string(), "CLOSE");
+    // Same rules: the new SYN is classified (a trace shows the ACL verdict) and opens a
+    // new connection.
+    let mut again = from_a(POD_B_IP, 40000, 80, 5000, Tcp::Syn, &[]);
+    let mut rec = Recorder::default();
+    assert_eq!(
+        pipeline::process_ct(&snap, 0, &mut again, Some(&mut ct), &mut rec),
+        Action::Forward { port: 1 }
+    );
+    let said = |what: &str| rec.stages.iter().any(|(_, d)| d.contains(what));
+    assert!(said("a new SYN opens it again"), "{:?}", rec.stages);
+    assert!(
+        said("egress table pod-b-egress rule 0: permit"),
+        "{:?}",
+        rec.stages
+    );
+    let (id, _) = ct.table.lookup(&key).expect("tracked");
+    assert_eq!(
+        ct.table.get(id).expect("live").state().to_string(),
+        "SYN_SENT"
+    );
+    // Reset again, and the rules changed to deny port 80: the next SYN is dropped and
+    // nothing stays tracked.
+    let mut rst = from_a(POD_B_IP, 40000, 80, 5001, Tcp::Rst(0), &[]);
+    run(&snap, &mut ct, 0, &mut rst);
+    let deny = reflect_snapshot(2, false);
+    let mut again = from_a(POD_B_IP, 40000, 80, 9000, Tcp::Syn, &[]);
+    assert_eq!(
+        run(&deny, &mut ct, 0, &mut again),
+        Action::Drop(DropReason::AclDeny)
+    );
+    assert!(ct.table.lookup(&key).is_none(), "nothing tracked");
+}
+
 #[test]
 fn out_of_window_rst_is_invalid_and_in_window_rst_closes() {
     let snap = snat_snapshot(vec![(61000, 61999)]);

@@ -42,7 +42,7 @@
 use criterion::{black_box, Criterion, Throughput};
 use ferrule_dataplane::acl::table::{AclTables, Table};
 use ferrule_dataplane::acl::{Action as AclAction, Rule};
-use ferrule_dataplane::conntrack::{CtConfig, KeyHash, NoAdvice, BYTES_PER_CONNECTION};
+use ferrule_dataplane::conntrack::{CtBudget, CtConfig, KeyHash, NoAdvice, BYTES_PER_CONNECTION};
 use ferrule_dataplane::counters::{DropReason, MAX_PORTS};
 use ferrule_dataplane::dpdk::memory::HugePages;
 use ferrule_dataplane::dpdk::thread_cpu_time;
@@ -315,6 +315,8 @@ fn conntrack(max: u32) -> Conntrack {
     } else {
         Conntrack::new_in(&cfg, 0, 1, true, &NoAdvice)
     };
+    // Node-wide limits as the daemon sets them (one worker: every table full).
+    ct.table.set_budget(CtBudget::new(max, max, 1));
     ct.now = 1_000;
     ct
 }
