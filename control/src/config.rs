@@ -92,6 +92,8 @@ impl CtSection {
 pub struct EalSection {
     /// First is the main (control) lcore, the rest run one worker each.
     pub lcores: Vec<u32>,
+    /// The CPU each lcore runs on (`cpus`), or empty: each on the CPU of its number.
+    pub cpus: Vec<u32>,
     pub memory_mb: u32,
     pub hugepages: bool,
     pub in_memory: bool,
@@ -471,6 +473,7 @@ struct RawNeighbor {
 #[serde(deny_unknown_fields, default)]
 struct RawEal {
     lcores: Spanned<Vec<u32>>,
+    cpus: Option<Spanned<Vec<u32>>>,
     memory_mb: Spanned<u32>,
     hugepages: bool,
     in_memory: bool,
@@ -484,6 +487,7 @@ impl Default for RawEal {
     fn default() -> Self {
         RawEal {
             lcores: Spanned::new(0..0, vec![0, 1]),
+            cpus: None,
             memory_mb: Spanned::new(0..0, 256),
             hugepages: true,
             in_memory: true,
@@ -1266,6 +1270,31 @@ impl RawEal {
                 ));
             }
         }
+        let cpus = match &self.cpus {
+            None => Vec::new(),
+            Some(c) => {
+                if c.get_ref().len() != lcores.len() {
+                    return Err(ctx.err(
+                        c.span(),
+                        "eal.cpus",
+                        format!(
+                            "{} CPUs for {} lcores: give one CPU per lcore, in the order of \
+                             `lcores`",
+                            c.get_ref().len(),
+                            lcores.len()
+                        ),
+                    ));
+                }
+                if let Some(bad) = c.get_ref().iter().find(|&&cpu| cpu >= 1024) {
+                    return Err(ctx.err(
+                        c.span(),
+                        "eal.cpus",
+                        format!("CPU {bad} is out of range 0..1024"),
+                    ));
+                }
+                c.get_ref().clone()
+            }
+        };
         let mem = *self.memory_mb.get_ref();
         if mem < 64 {
             return Err(ctx.err(
@@ -1299,6 +1328,7 @@ impl RawEal {
         }
         Ok(EalSection {
             lcores: lcores.clone(),
+            cpus,
             memory_mb: mem,
             hugepages: self.hugepages,
             in_memory: self.in_memory,
@@ -1473,6 +1503,23 @@ mac = "02:00:00:00:00:0b"
         let e = parse(&bad).unwrap_err();
         assert_eq!(e.key.as_deref(), Some("vpc.snat_ports"));
         assert_eq!(e.line, line_of(&bad, "snat_ports ="));
+    }
+
+    #[test]
+    fn lcores_may_share_cpus() {
+        let text = format!("[eal]\nlcores = [0, 1, 2]\ncpus = [0, 1, 1]\n{TWO_PORTS}");
+        let cfg = parse(&text).expect("valid");
+        assert_eq!(cfg.eal.cpus, vec![0, 1, 1]);
+        let args = crate::daemon::eal_config(&cfg).args("ferruled");
+        assert!(
+            args.windows(2).any(|w| w == ["--lcores", "0@0,1@1,2@1"]),
+            "{args:?}"
+        );
+        let bad = text.replace("cpus = [0, 1, 1]", "cpus = [0, 1]");
+        let e = parse(&bad).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("eal.cpus"));
+        assert_eq!(e.line, line_of(&bad, "cpus ="));
+        assert!(e.message.contains("2 CPUs for 3 lcores"), "{e}");
     }
 
     #[test]

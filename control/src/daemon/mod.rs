@@ -137,6 +137,7 @@ pub fn eal_config(cfg: &Config) -> EalConfig {
     }
     EalConfig {
         lcores: cfg.eal.lcores.clone(),
+        cpus: cfg.eal.cpus.clone(),
         memory_mb: cfg.eal.memory_mb,
         hugepages: cfg.eal.hugepages,
         in_memory: cfg.eal.in_memory,

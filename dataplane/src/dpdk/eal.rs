@@ -11,6 +11,9 @@ static EAL_STARTED: AtomicBool = AtomicBool::new(false);
 pub struct EalConfig {
     /// Lcores to use. The first is the main lcore (control thread); the rest run workers.
     pub lcores: Vec<u32>,
+    /// The CPU each of `lcores` runs on, when not the lcore's own number (several lcores
+    /// may share a CPU: `--lcores L@C,…` instead of `-l`). Empty: lcore = CPU.
+    pub cpus: Vec<u32>,
     /// Memory to reserve at start-up, in MiB.
     pub memory_mb: u32,
     /// Use hugepages (`false` passes `--no-huge`: slower, but works anywhere).
@@ -36,6 +39,7 @@ impl Default for EalConfig {
     fn default() -> Self {
         EalConfig {
             lcores: vec![0, 1],
+            cpus: Vec::new(),
             memory_mb: 256,
             hugepages: true,
             in_memory: true,
@@ -53,9 +57,20 @@ impl EalConfig {
     /// The `rte_eal_init` argument vector, program name first.
     pub fn args(&self, program: &str) -> Vec<String> {
         let mut a = vec![program.to_string()];
-        let list: Vec<String> = self.lcores.iter().map(u32::to_string).collect();
-        a.push("-l".into());
-        a.push(list.join(","));
+        if self.cpus.len() == self.lcores.len() {
+            let list: Vec<String> = self
+                .lcores
+                .iter()
+                .zip(&self.cpus)
+                .map(|(l, c)| format!("{l}@{c}"))
+                .collect();
+            a.push("--lcores".into());
+            a.push(list.join(","));
+        } else {
+            let list: Vec<String> = self.lcores.iter().map(u32::to_string).collect();
+            a.push("-l".into());
+            a.push(list.join(","));
+        }
         if let Some(main) = self.lcores.first() {
             a.push("--main-lcore".into());
             a.push(main.to_string());
@@ -192,6 +207,19 @@ mod tests {
             "EAL refuses --in-memory with --no-huge"
         );
         assert!(a.windows(2).any(|w| w == ["--file-prefix", "ferrule"]));
+    }
+
+    #[test]
+    fn lcores_on_given_cpus() {
+        let cfg = EalConfig {
+            lcores: vec![0, 1, 2],
+            cpus: vec![0, 1, 1],
+            ..EalConfig::default()
+        };
+        let a = cfg.args("ferruled");
+        assert!(a.windows(2).any(|w| w == ["--lcores", "0@0,1@1,2@1"]));
+        assert!(!a.contains(&"-l".to_string()));
+        assert!(a.windows(2).any(|w| w == ["--main-lcore", "0"]));
     }
 
     #[test]
