@@ -85,6 +85,35 @@ fn run(snap: &Snapshot, ct: &mut Conntrack, port: u16, frame: &mut [u8]) -> Acti
     pipeline::process_ct(snap, port, frame, Some(ct), &mut NoTrace)
 }
 
+/// Opens pod-a:40000 → pod-b:80 under `snap` (SYN, SYN-ACK), both forwarded.
+fn open_a_to_b(snap: &Snapshot, ct: &mut Conntrack) {
+    let mut syn = from_a(POD_B_IP, 40000, 80, 1, Tcp::Syn, &[]);
+    assert_eq!(run(snap, ct, 0, &mut syn), Action::Forward { port: 1 });
+    let mut synack = from_b(POD_A_IP, 80, 40000, 9, Tcp::SynAck(2), &[]);
+    assert_eq!(run(snap, ct, 1, &mut synack), Action::Forward { port: 0 });
+}
+
+/// Runs `frames` as one burst received on `port`; the actions.
+fn run_burst(
+    snap: &Snapshot,
+    ct: &mut Conntrack,
+    port: u16,
+    frames: &mut [Vec<u8>],
+) -> Vec<Action> {
+    let mut actions = vec![Action::Drop(DropReason::Malformed); frames.len()];
+    let mut scratch = pipeline::Scratch::default();
+    pipeline::process_burst(
+        snap,
+        port,
+        frames,
+        &mut actions,
+        &mut scratch,
+        Some(ct),
+        &mut NoTrace,
+    );
+    actions
+}
+
 /// Addresses and ports of a frame, and whether etherparse's own checksums agree.
 fn decode(frame: &[u8]) -> ([u8; 4], [u8; 4], u16, u16, bool) {
     let p = SlicedPacket::from_ethernet(frame).expect("etherparse");
@@ -370,16 +399,7 @@ fn reflect_lets_replies_back_and_nothing_else() {
 fn an_acl_change_closes_connections_the_new_rules_deny() {
     let mut ct = conntrack(0, 1);
     let snap1 = reflect_snapshot(1, true);
-    let mut syn = from_a(POD_B_IP, 40000, 80, 1, Tcp::Syn, &[]);
-    assert_eq!(
-        run(&snap1, &mut ct, 0, &mut syn),
-        Action::Forward { port: 1 }
-    );
-    let mut synack = from_b(POD_A_IP, 80, 40000, 9, Tcp::SynAck(2), &[]);
-    assert_eq!(
-        run(&snap1, &mut ct, 1, &mut synack),
-        Action::Forward { port: 0 }
-    );
+    open_a_to_b(&snap1, &mut ct);
     // Generation 2 still permits: the next packet is re-checked and passes.
     let snap2 = reflect_snapshot(2, true);
     let mut ack = from_a(POD_B_IP, 40000, 80, 2, Tcp::Ack(10), &[]);
@@ -438,16 +458,10 @@ fn an_acl_change_closes_connections_the_new_rules_deny() {
 /// checked, and the original direction's next packet is not checked again.
 #[test]
 fn an_acl_change_is_checked_on_a_reply_too() {
-    let open = |snap: &Snapshot, ct: &mut Conntrack| {
-        let mut syn = from_a(POD_B_IP, 40000, 80, 1, Tcp::Syn, &[]);
-        assert_eq!(run(snap, ct, 0, &mut syn), Action::Forward { port: 1 });
-        let mut synack = from_b(POD_A_IP, 80, 40000, 9, Tcp::SynAck(2), &[]);
-        assert_eq!(run(snap, ct, 1, &mut synack), Action::Forward { port: 0 });
-    };
     let snap1 = reflect_snapshot(1, true);
     // Generation 3 denies port 80 on pod-b's egress: the reply closes the connection.
     let mut ct = conntrack(0, 1);
-    open(&snap1, &mut ct);
+    open_a_to_b(&snap1, &mut ct);
     let snap3 = reflect_snapshot(3, false);
     let mut reply = from_b(POD_A_IP, 80, 40000, 10, Tcp::Ack(2), b"y");
     let mut rec = Recorder::default();
@@ -470,7 +484,7 @@ fn an_acl_change_is_checked_on_a_reply_too() {
     );
     // Generation 2 still permits: the reply passes and marks the connection checked.
     let mut ct = conntrack(0, 1);
-    open(&snap1, &mut ct);
+    open_a_to_b(&snap1, &mut ct);
     let snap2 = reflect_snapshot(2, true);
     let mut reply = from_b(POD_A_IP, 80, 40000, 10, Tcp::Ack(2), b"y");
     assert_eq!(
@@ -539,16 +553,7 @@ fn an_acl_change_is_checked_on_a_reply_too() {
 fn a_syn_on_a_closing_connection_is_classified_again() {
     let snap = reflect_snapshot(1, true);
     let mut ct = conntrack(0, 1);
-    let mut syn = from_a(POD_B_IP, 40000, 80, 1, Tcp::Syn, &[]);
-    assert_eq!(
-        run(&snap, &mut ct, 0, &mut syn),
-        Action::Forward { port: 1 }
-    );
-    let mut synack = from_b(POD_A_IP, 80, 40000, 9, Tcp::SynAck(2), &[]);
-    assert_eq!(
-        run(&snap, &mut ct, 1, &mut synack),
-        Action::Forward { port: 0 }
-    );
+    open_a_to_b(&snap, &mut ct);
     let mut rst = from_a(POD_B_IP, 40000, 80, 2, Tcp::Rst(10), &[]);
     assert_eq!(
         run(&snap, &mut ct, 0, &mut rst),
@@ -865,17 +870,7 @@ fn a_burst_of_new_connections_gets_distinct_ports() {
         .map(|i| from_a(REMOTE, 40000 + i, 443, 1, Tcp::Syn, &[]))
         .collect();
     frames.insert(2, from_a(REMOTE, 40000, 443, 1, Tcp::Syn, &[]));
-    let mut actions = vec![Action::Drop(DropReason::Malformed); frames.len()];
-    let mut scratch = pipeline::Scratch::default();
-    pipeline::process_burst(
-        &snap,
-        0,
-        frames.as_mut_slice(),
-        &mut actions,
-        &mut scratch,
-        Some(&mut ct),
-        &mut NoTrace,
-    );
+    let actions = run_burst(&snap, &mut ct, 0, &mut frames);
     let forwarded: Vec<usize> = (0..frames.len())
         .filter(|&i| actions[i] == Action::Forward { port: 2 })
         .collect();
@@ -933,17 +928,7 @@ fn two_first_packets_of_one_connection_in_a_burst_both_pass() {
     let snap = snat_snapshot(vec![(61000, 61999)]);
     let mut ct = conntrack(0, 1);
     let mut frames = vec![query(1), query(28)];
-    let mut actions = vec![Action::Drop(DropReason::Malformed); 2];
-    let mut scratch = pipeline::Scratch::default();
-    pipeline::process_burst(
-        &snap,
-        0,
-        frames.as_mut_slice(),
-        &mut actions,
-        &mut scratch,
-        Some(&mut ct),
-        &mut NoTrace,
-    );
+    let actions = run_burst(&snap, &mut ct, 0, &mut frames);
     assert_eq!(actions, [Action::Forward { port: 2 }; 2]);
     let (src, dst, nat_port, _, ok) = decode(&frames[0]);
     assert_eq!((src, dst, ok), (NODE, REMOTE, true));
@@ -970,16 +955,7 @@ fn two_first_packets_of_one_connection_in_a_burst_both_pass() {
     let mut ct = conntrack(0, 1);
     let syn = || from_a(POD_B_IP, 40000, 80, 1, Tcp::Syn, &[]);
     let mut frames = vec![syn(), syn()];
-    let mut actions = vec![Action::Drop(DropReason::Malformed); 2];
-    pipeline::process_burst(
-        &snap,
-        0,
-        frames.as_mut_slice(),
-        &mut actions,
-        &mut scratch,
-        Some(&mut ct),
-        &mut NoTrace,
-    );
+    let actions = run_burst(&snap, &mut ct, 0, &mut frames);
     assert_eq!(actions, [Action::Forward { port: 1 }; 2]);
     assert_eq!(ct.table.len(), 1);
     let mut answer = from_b(POD_A_IP, 80, 40000, 9, Tcp::SynAck(2), &[]);
