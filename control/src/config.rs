@@ -65,11 +65,14 @@ pub struct Config {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CtSection {
     /// Each worker's table (its size, `max-entries`) and timeouts; its `max_per_zone`
-    /// is the node-wide per-zone limit (see [`CtSection::budget`]).
+    /// is `max-per-zone` when set (no table can pass a node-wide limit), else its size.
     pub table: CtConfig,
     /// Most connections on the node, all workers together (`max-connections`; absent:
     /// `max-entries` × workers, i.e. only the tables' sizes).
     pub max_connections: Option<u32>,
+    /// Most connections of one network on the node (`max-per-zone`; absent: the node's
+    /// limit).
+    pub max_per_zone: Option<u32>,
     /// Check tracked connections again when the ACL state changes, closing those the
     /// new rules deny (`policy-recheck`).
     pub policy_recheck: bool,
@@ -77,13 +80,14 @@ pub struct CtSection {
 
 impl CtSection {
     /// The node-wide limits `workers` workers' tables count against: `max-connections`
-    /// (default: every table full) and `max-per-zone`.
+    /// (default: every table full) and `max-per-zone` (default: `max-connections`).
     pub fn budget(&self, workers: u16) -> std::sync::Arc<ferrule_dataplane::conntrack::CtBudget> {
         let tables = u64::from(self.table.max_entries) * u64::from(workers.max(1));
         let total = self
             .max_connections
             .unwrap_or(tables.min(u64::from(u32::MAX)) as u32);
-        ferrule_dataplane::conntrack::CtBudget::new(total, self.table.max_per_zone, workers)
+        let per_zone = self.max_per_zone.unwrap_or(total);
+        ferrule_dataplane::conntrack::CtBudget::new(total, per_zone, workers)
     }
 }
 
@@ -325,7 +329,7 @@ struct RawConfig {
 struct RawCt {
     max_entries: Spanned<u32>,
     max_connections: Option<Spanned<u32>>,
-    max_per_zone: Spanned<u32>,
+    max_per_zone: Option<Spanned<u32>>,
     policy_recheck: bool,
     timeouts: RawCtTimeouts,
 }
@@ -336,7 +340,7 @@ impl Default for RawCt {
         RawCt {
             max_entries: Spanned::new(0..0, d.max_entries),
             max_connections: None,
-            max_per_zone: Spanned::new(0..0, d.max_per_zone),
+            max_per_zone: None,
             policy_recheck: true,
             timeouts: RawCtTimeouts::default(),
         }
@@ -385,7 +389,11 @@ impl Default for RawCtTimeouts {
 impl RawCt {
     fn validate(&self, ctx: &Ctx) -> Result<CtSection, ConfigError> {
         let max = ctx.in_range(&self.max_entries, "ct.max-entries", 1..=MAX_ENTRIES)?;
-        let per_zone = ctx.in_range(&self.max_per_zone, "ct.max-per-zone", 1..=u32::MAX)?;
+        let max_per_zone = self
+            .max_per_zone
+            .as_ref()
+            .map(|m| ctx.in_range(m, "ct.max-per-zone", 1..=u32::MAX))
+            .transpose()?;
         let max_connections = self
             .max_connections
             .as_ref()
@@ -412,10 +420,13 @@ impl RawCt {
         Ok(CtSection {
             table: CtConfig {
                 max_entries: max,
-                max_per_zone: per_zone,
+                // Each table on its own: only its size (the node-wide per-zone limit is
+                // the budget's).
+                max_per_zone: max_per_zone.unwrap_or(max),
                 timeouts,
             },
             max_connections,
+            max_per_zone,
             policy_recheck: self.policy_recheck,
         })
     }
@@ -1527,7 +1538,11 @@ mac = "02:00:00:00:00:0b"
         let cfg = parse(TWO_PORTS).expect("valid");
         assert_eq!(cfg.ct.max_connections, None);
         let b = cfg.ct.budget(2);
-        assert_eq!((b.max_total(), b.max_per_zone()), (2 * 262_144, 262_144));
+        assert_eq!(
+            (b.max_total(), b.max_per_zone()),
+            (2 * 262_144, 2 * 262_144)
+        );
+        assert_eq!(cfg.ct.table.max_per_zone, 262_144, "a table: its size");
         let text = format!(
             "{TWO_PORTS}\n[ct]\nmax-entries = 1000\nmax-connections = 1500\nmax-per-zone = 300\n"
         );
@@ -1535,6 +1550,10 @@ mac = "02:00:00:00:00:0b"
         assert_eq!(cfg.ct.table.max_entries, 1000);
         let b = cfg.ct.budget(2);
         assert_eq!((b.max_total(), b.max_per_zone()), (1500, 300));
+        assert_eq!(cfg.ct.table.max_per_zone, 300);
+        let no_zone = text.replace("max-per-zone = 300\n", "");
+        let b = parse(&no_zone).expect("valid").ct.budget(2);
+        assert_eq!((b.max_total(), b.max_per_zone()), (1500, 1500));
         let bad = text.replace("max-connections = 1500", "max-connections = 0");
         let e = parse(&bad).unwrap_err();
         assert_eq!(e.key.as_deref(), Some("ct.max-connections"));

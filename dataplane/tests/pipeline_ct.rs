@@ -266,14 +266,20 @@ fn ping_and_udp_are_masqueraded_and_icmp_errors_translated_back() {
         ct.table.get(conn).expect("live").packets(Dir::Reply),
         replies
     );
-    // Nor is an echo reply from the pod the ping's original direction.
+    // Nor is an echo reply from the pod with its ping's id the ping's original
+    // direction: it is not counted in the ping, nor masqueraded with its mapping (an
+    // echo reply is never masqueraded: it answers a ping that came in).
     let mut pod_reply = Vec::new();
     PacketBuilder::ethernet2(POD_A, GW_MAC_A)
         .ipv4(POD_A_IP, REMOTE, 64)
         .icmpv4_echo_reply(0x1234, 1)
         .write(&mut pod_reply, b"pong")
         .expect("build");
-    run(&snap, &mut ct, 0, &mut pod_reply);
+    assert_eq!(
+        run(&snap, &mut ct, 0, &mut pod_reply),
+        Action::Forward { port: 2 }
+    );
+    assert_eq!(decode(&pod_reply).0, POD_A_IP);
     assert_eq!(ct.table.get(conn).expect("live").packets(Dir::Original), 1);
 
     // UDP out, then a port unreachable about it from the remote side.
@@ -482,6 +488,16 @@ fn an_acl_change_is_checked_on_a_reply_too() {
         run(&snap3, &mut ct, 0, &mut ack),
         Action::Drop(DropReason::AclDeny)
     );
+    // Several replies in one burst (a server streaming): every one is dropped, not
+    // only the first.
+    let mut ct = conntrack(0, 1);
+    open_a_to_b(&snap1, &mut ct);
+    let mut replies: Vec<Vec<u8>> = (0..4u32)
+        .map(|k| from_b(POD_A_IP, 80, 40000, 10 + 100 * k, Tcp::Ack(2), &[b'y'; 100]))
+        .collect();
+    let actions = run_burst(&snap3, &mut ct, 1, &mut replies);
+    assert_eq!(actions, [Action::Drop(DropReason::AclDeny); 4]);
+    assert!(ct.table.is_empty(), "closed");
     // Generation 2 still permits: the reply passes and marks the connection checked.
     let mut ct = conntrack(0, 1);
     open_a_to_b(&snap1, &mut ct);

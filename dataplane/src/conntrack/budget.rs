@@ -18,11 +18,17 @@ const MAX_CHUNK: u32 = 64;
 pub struct CtBudget {
     max_total: u32,
     max_per_zone: u32,
-    total: AtomicU32,
+    /// On a cache line of its own: every worker writes it.
+    total: Padded,
     zones: Box<[AtomicU32]>,
     chunk_total: u32,
     chunk_zone: u32,
 }
+
+/// An atomic count alone on its cache line.
+#[derive(Debug)]
+#[repr(align(64))]
+struct Padded(AtomicU32);
 
 /// Which node-wide limit refused a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,7 +77,7 @@ impl CtBudget {
         Arc::new(CtBudget {
             max_total,
             max_per_zone,
-            total: AtomicU32::new(0),
+            total: Padded(AtomicU32::new(0)),
             zones: (0..ZONES).map(|_| AtomicU32::new(0)).collect(),
             chunk_total: chunk(max_total, workers),
             chunk_zone: chunk(max_per_zone, workers),
@@ -90,7 +96,7 @@ impl CtBudget {
 
     /// Room the workers have reserved in all (connections and unused allowances).
     pub fn reserved(&self) -> u32 {
-        self.total.load(Relaxed)
+        self.total.0.load(Relaxed)
     }
 }
 
@@ -101,15 +107,26 @@ pub struct Allowance {
     budget: Arc<CtBudget>,
     total: u32,
     zones: Box<[u32]>,
+    /// The budget's chunks and hold thresholds, copied (not read from the shared
+    /// lines on every insert and removal).
+    chunk_total: u32,
+    chunk_zone: u32,
+    keep_total: u32,
+    keep_zone: u32,
 }
 
 impl Allowance {
     /// A worker's allowance, empty.
     pub fn new(budget: Arc<CtBudget>) -> Allowance {
+        let (chunk_total, chunk_zone) = (budget.chunk_total, budget.chunk_zone);
         Allowance {
             budget,
             total: 0,
             zones: vec![0; ZONES].into_boxed_slice(),
+            chunk_total,
+            chunk_zone,
+            keep_total: keep(chunk_total),
+            keep_zone: keep(chunk_zone),
         }
     }
 
@@ -118,20 +135,29 @@ impl Allowance {
         &self.budget
     }
 
-    /// Room for one more connection of `zone`, or the limit that refuses it.
+    /// Room for one more connection of `zone`, or the limit that refuses it (and then
+    /// nothing reserved for it is kept).
     #[inline]
     pub fn take(&mut self, zone: u16) -> Result<(), Limit> {
         let b = &*self.budget;
         let z = usize::from(zone);
+        let mut fresh = 0;
         if self.total == 0 {
-            self.total = reserve(&b.total, b.max_total, b.chunk_total);
-            if self.total == 0 {
+            fresh = reserve(&b.total.0, b.max_total, self.chunk_total);
+            if fresh == 0 {
                 return Err(Limit::Total);
             }
+            self.total = fresh;
         }
         if self.zones[z] == 0 {
-            self.zones[z] = reserve(&b.zones[z], b.max_per_zone, b.chunk_zone);
+            self.zones[z] = reserve(&b.zones[z], b.max_per_zone, self.chunk_zone);
             if self.zones[z] == 0 {
+                // What was just reserved for the total goes back: another worker's
+                // connection in another zone may need it.
+                if fresh != 0 {
+                    b.total.0.fetch_sub(fresh, Relaxed);
+                    self.total = 0;
+                }
                 return Err(Limit::Zone);
             }
         }
@@ -148,14 +174,14 @@ impl Allowance {
         let b = &*self.budget;
         let z = usize::from(zone);
         self.total += 1;
-        if self.total >= keep(b.chunk_total) {
-            b.total.fetch_sub(b.chunk_total, Relaxed);
-            self.total -= b.chunk_total;
+        if self.total >= self.keep_total {
+            b.total.0.fetch_sub(self.chunk_total, Relaxed);
+            self.total -= self.chunk_total;
         }
         self.zones[z] += 1;
-        if self.zones[z] >= keep(b.chunk_zone) {
-            b.zones[z].fetch_sub(b.chunk_zone, Relaxed);
-            self.zones[z] -= b.chunk_zone;
+        if self.zones[z] >= self.keep_zone {
+            b.zones[z].fetch_sub(self.chunk_zone, Relaxed);
+            self.zones[z] -= self.chunk_zone;
         }
     }
 }
@@ -163,7 +189,7 @@ impl Allowance {
 impl Drop for Allowance {
     fn drop(&mut self) {
         let b = &*self.budget;
-        b.total.fetch_sub(self.total, Relaxed);
+        b.total.0.fetch_sub(self.total, Relaxed);
         for (z, &n) in self.zones.iter().enumerate() {
             if n != 0 {
                 b.zones[z].fetch_sub(n, Relaxed);
@@ -255,6 +281,24 @@ mod tests {
         });
         assert_eq!(budget.reserved(), 0);
         assert!(in_use.iter().all(|z| z.load(Relaxed) == 0));
+    }
+
+    #[test]
+    fn a_zone_refusal_keeps_no_room_of_the_total() {
+        // Small limits use chunks of one and are exact: zone 1 full on worker 1's
+        // connection, worker 0 refused there, and the total's last three still go.
+        let budget = CtBudget::new(4, 1, 2);
+        let mut w = [
+            Allowance::new(Arc::clone(&budget)),
+            Allowance::new(Arc::clone(&budget)),
+        ];
+        w[1].take(1).expect("room");
+        assert_eq!(w[0].take(1), Err(Limit::Zone));
+        assert_eq!(budget.reserved(), 1);
+        for z in 2..5 {
+            w[1].take(z).expect("room");
+        }
+        assert_eq!(w[0].take(9), Err(Limit::Total));
     }
 
     #[test]

@@ -647,7 +647,10 @@ impl ConnTable {
     /// tables (each worker's), on top of its own capacity and per-zone limit. Call it
     /// before the first insert.
     pub fn set_budget(&mut self, budget: Arc<CtBudget>) {
-        debug_assert!(self.is_empty(), "set before the first insert");
+        assert!(
+            self.is_empty() && self.allowance.is_none(),
+            "a table's budget is set once, before its first insert"
+        );
         self.allowance = Some(Allowance::new(budget));
     }
 
@@ -1354,6 +1357,51 @@ impl ConnTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Removals, flushes and expiry give a table's room in node-wide limits back: two
+    /// tables sharing a limit of 40, one fills it, frees it by each way, and the other
+    /// then takes all of it.
+    #[test]
+    fn removed_connections_give_node_wide_room_back() {
+        let cfg = CtConfig {
+            max_entries: 64,
+            max_per_zone: 64,
+            ..CtConfig::default()
+        };
+        let budget = CtBudget::new(40, 40, 2);
+        let (mut a, mut b) = (ConnTable::with_seed(&cfg, 1), ConnTable::with_seed(&cfg, 2));
+        a.set_budget(Arc::clone(&budget));
+        b.set_budget(Arc::clone(&budget));
+        let key = |i: u16| {
+            FlowKey::v4(
+                0,
+                17,
+                Ipv4Addr::new(10, 1, 0, 2),
+                Ipv4Addr::new(8, 8, 8, 8),
+                10_000 + i,
+                53,
+            )
+        };
+        let fill = |t: &mut ConnTable, now: Millis| {
+            (0..64u16)
+                .filter(|&i| t.insert(&key(i), &L4Info::NONE, 60, None, 0, now).is_ok())
+                .count()
+        };
+        let now = 1_000;
+        assert_eq!(fill(&mut a, now), 40);
+        assert_eq!(fill(&mut b, now), 0);
+        // One way each: ten removed, the rest flushed or expired.
+        for i in 0..10 {
+            let (id, _) = a.lookup(&key(i)).expect("tracked");
+            a.remove(id);
+        }
+        assert_eq!(a.remove_matching(|_, v| v.key().src_port < 10_030), 20);
+        let later = now + 1000 * Millis::from(a.timeouts().udp_unreplied + 1);
+        assert_eq!(a.expire(later, usize::MAX), 10);
+        assert!(a.is_empty());
+        assert_eq!(fill(&mut b, later), 40);
+        assert_eq!(b.stats().table_full, 64 + 24, "refused both times");
+    }
 
     #[test]
     fn bytes_per_connection() {

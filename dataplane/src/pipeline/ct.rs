@@ -741,6 +741,16 @@ fn join_burst_connection<T: Tracer>(
         trace!(t, Stage::Conntrack, "reply tuple already tracked: drop");
         return Err(Action::Drop(DropReason::CtInvalid));
     };
+    if echo_against(parsed, frame, dir) {
+        // An echo whose tuple is a ping's going the other way (a pod's echo reply with
+        // the id of its own ping): not the ping's, and it cannot have a connection.
+        trace!(
+            t,
+            Stage::Conntrack,
+            "echo against its ping's direction: drop"
+        );
+        return Err(Action::Drop(DropReason::CtInvalid));
+    }
     match ct.table.track(id, dir, l4, parsed.l3_len as u32, ct.now) {
         TrackVerdict::Accept => {}
         TrackVerdict::Invalid | TrackVerdict::Reopen => {
@@ -799,25 +809,27 @@ fn masquerade<T: Tracer>(
     Ok(())
 }
 
-/// The re-check of a connection after an ACL change when the first packet to arrive
-/// is a reply: the ACLs judge a connection by its original direction, so the
+/// The re-check of a connection after an ACL change when a packet of it to arrive is
+/// a reply: the ACLs judge a connection by its original direction, so the
 /// connection's original tuple goes through the tables its original packets meet —
 /// the ingress table of `out_port` (the port the reply leaves by, which the original
 /// packets came in by), the egress table of `in_port` and, when `in_port` is an
-/// uplink, the global table. Returns whether they all permit it; when one denies it,
-/// the connection is closed (the reply is then dropped as `acl-deny`). A connection
-/// they permit is marked checked by [`commit`].
+/// uplink, the global table. Returns whether they all permit it. A denied reply is
+/// dropped as `acl-deny` and its connection closed at the end of the burst by
+/// [`close_denied`] (not here: the burst's later packets still carry marks naming
+/// it); a permitted connection is marked checked by [`commit`]. A connection gone
+/// since the lookup (closed by a SYN that reopened its tuple) is not permitted.
 #[inline(never)]
 pub fn reply_recheck<T: Tracer>(
     snap: &Snapshot,
-    ct: &mut Conntrack,
+    ct: &Conntrack,
     in_port: u16,
     out_port: u16,
     id: ConnId,
     t: &mut T,
 ) -> bool {
     let Some(key) = ct.table.get(id).map(|c| c.key()) else {
-        return true;
+        return false;
     };
     let acl = &*snap.acl;
     let uplink = snap
@@ -837,12 +849,11 @@ pub fn reply_recheck<T: Tracer>(
             trace!(
                 t,
                 Stage::Conntrack,
-                "connection {}: its original direction is denied by the changed {} table {}: closed",
+                "connection {}: its original direction is denied by the changed {} table {}",
                 id.index(),
                 direction,
                 table.name
             );
-            ct.table.remove(id);
             return false;
         }
     }
@@ -855,21 +866,28 @@ pub fn reply_recheck<T: Tracer>(
     true
 }
 
-/// Closes the connection of a packet the changed ACLs now deny.
-pub fn close_denied<T: Tracer>(ct: &mut Conntrack, mark: CtMark, t: &mut T) {
+/// Closes the connection of a packet the changed ACLs now deny (a packet of either
+/// direction, at the end of its burst), unless the entry its mark names is no longer
+/// the connection that was checked: a connection created or checked under the rules
+/// in force (the slot of one closed earlier in the burst, reused by a new connection)
+/// is left alone.
+pub fn close_denied<T: Tracer>(ct: &mut Conntrack, mark: CtMark, generation: u64, t: &mut T) {
     if let CtMark::Tracked {
-        id,
-        dir: Dir::Original,
-        checked: false,
-        ..
+        id, checked: false, ..
     } = mark
     {
-        trace!(
-            t,
-            Stage::Conntrack,
-            "connection {} denied by the changed ACLs: closed",
-            id.index()
-        );
-        ct.table.remove(id);
+        if ct
+            .table
+            .get(id)
+            .is_some_and(|c| c.acl_generation() != generation)
+        {
+            trace!(
+                t,
+                Stage::Conntrack,
+                "connection {} denied by the changed ACLs: closed",
+                id.index()
+            );
+            ct.table.remove(id);
+        }
     }
 }

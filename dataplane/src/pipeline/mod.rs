@@ -535,7 +535,7 @@ pub fn process_burst<F: Frames + ?Sized, T: Tracer>(
     if let Some(ct) = ct {
         for (action, mark) in actions.iter().zip(&s.ct).take(n) {
             if *action == Action::Drop(DropReason::AclDeny) {
-                ct::close_denied(ct, *mark, t);
+                ct::close_denied(ct, *mark, snap.acl.generation, t);
             }
         }
     }
