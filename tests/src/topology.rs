@@ -64,6 +64,16 @@ pub fn config(prefix: &str) -> String {
     format!("{base}{tail}")
 }
 
+/// [`config`] with two workers on a machine of two CPUs (`[eal] cpus`): the control
+/// thread on CPU 0, both workers on CPU 1. Receive queues go to the workers round-robin
+/// in port order, so worker 0 polls `pod-a/0` and `uplink0/0`, worker 1 `pod-b/0`.
+pub fn two_worker_config(prefix: &str) -> String {
+    let one = config(prefix);
+    let lcores = "lcores = [0, 1]\n";
+    assert!(one.contains(lcores), "one worker in {one}");
+    one.replacen(lcores, "lcores = [0, 1, 2]\ncpus = [0, 1, 1]\n", 1)
+}
+
 /// stdout and stderr of a finished command.
 pub fn text(o: &Output) -> String {
     format!(
@@ -92,6 +102,12 @@ pub fn drops(stats: &Value, reason: &str) -> u64 {
 impl Topology {
     /// Starts ferruled in the `fr` namespace on the demo configuration.
     pub fn ferruled(&self, tag: &str) -> crate::Ferruled {
+        self.ferruled_with(tag, config)
+    }
+
+    /// Starts ferruled in the `fr` namespace on `config(file prefix)` ([`config`],
+    /// [`two_worker_config`], …).
+    pub fn ferruled_with(&self, tag: &str, config: impl FnOnce(&str) -> String) -> crate::Ferruled {
         let prefix = crate::unique_prefix(tag);
         let dir = tempfile::tempdir().expect("tempdir");
         let wrapper = vec!["ip".into(), "netns".into(), "exec".into(), self.ns("fr")];
