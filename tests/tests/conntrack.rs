@@ -420,25 +420,7 @@ fn kernel_tcp_and_udp_are_masqueraded_byte_exact_and_tracked() {
     );
 
     // UDP: a datagram and its answer.
-    let mut echo = Script::start(
-        &topo,
-        "rt",
-        dir.path(),
-        "echo.py",
-        UDP_ECHO,
-        &[INTERNET, "5300"],
-    );
-    assert_eq!(echo.line(), "listening");
-    let (ok, out) = Script::start(
-        &topo,
-        "pa",
-        dir.path(),
-        "udp.py",
-        UDP_CLIENT,
-        &[INTERNET, "5300"],
-    )
-    .finish();
-    assert!(ok, "udp client: {out}");
+    let (_echo, out) = udp_hello(&topo, dir.path(), "pa");
     assert!(
         out.starts_with("192.0.2.10:") && out.trim_end().ends_with(" hello"),
         "{out}"
@@ -467,6 +449,18 @@ fn kernel_tcp_and_udp_are_masqueraded_byte_exact_and_tracked() {
     assert!(status.success(), "{}", d.log_text());
 }
 
+/// A UDP echo server outside (port 5300) and one datagram from pod namespace `pod`
+/// to it: the server (kept running while held) and what the client printed (the
+/// source the server saw, then the answer).
+fn udp_hello(topo: &Topology, dir: &std::path::Path, pod: &str) -> (Script, String) {
+    let mut echo = Script::start(topo, "rt", dir, "echo.py", UDP_ECHO, &[INTERNET, "5300"]);
+    assert_eq!(echo.line(), "listening");
+    let (ok, out) =
+        Script::start(topo, pod, dir, "udp.py", UDP_CLIENT, &[INTERNET, "5300"]).finish();
+    assert!(ok, "udp client: {out}");
+    (echo, out)
+}
+
 #[test]
 fn kernel_udp_bulk_is_masqueraded_byte_exact_both_ways_and_flushed_by_filter() {
     let topo = Topology::up("u");
@@ -474,25 +468,7 @@ fn kernel_udp_bulk_is_masqueraded_byte_exact_both_ways_and_flushed_by_filter() {
     let dir = tempfile::tempdir().expect("tempdir");
 
     // A second masqueraded UDP connection, from pod-b, that the filtered flush must keep.
-    let mut echo = Script::start(
-        &topo,
-        "rt",
-        dir.path(),
-        "echo.py",
-        UDP_ECHO,
-        &[INTERNET, "5300"],
-    );
-    assert_eq!(echo.line(), "listening");
-    let (ok, out) = Script::start(
-        &topo,
-        "pb",
-        dir.path(),
-        "udp.py",
-        UDP_CLIENT,
-        &[INTERNET, "5300"],
-    )
-    .finish();
-    assert!(ok, "udp client: {out}");
+    let (echo, out) = udp_hello(&topo, dir.path(), "pb");
     assert!(out.starts_with("192.0.2.10:"), "{out}");
 
     // 4 MiB from pod-a, every datagram echoed back.
