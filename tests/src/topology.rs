@@ -10,6 +10,16 @@ use std::process::{Command, Output, Stdio};
 /// `fr` where ferruled runs; torn down on drop.
 pub struct Topology(String);
 
+/// ICMP errors the workers sent, summed, in a `stats.get` reply.
+pub fn icmp_errors(stats: &Value) -> u64 {
+    stats["workers"]
+        .as_array()
+        .expect("workers")
+        .iter()
+        .filter_map(|w| w["icmp_errors"].as_u64())
+        .sum()
+}
+
 impl Topology {
     /// Creates the namespaces and links (root needed).
     pub fn up(tag: &str) -> Topology {

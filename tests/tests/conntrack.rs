@@ -342,12 +342,7 @@ fn assert_only_chatter_dropped(d: &Ferruled) {
             "no other drop: {s:#}"
         );
     }
-    let icmp_errors: u64 = s["workers"]
-        .as_array()
-        .expect("workers")
-        .iter()
-        .filter_map(|w| w["icmp_errors"].as_u64())
-        .sum();
+    let icmp_errors = icmp_errors(&s);
     assert_eq!(drops(&s, "mtu-exceeded"), icmp_errors, "{s:#}");
     assert_eq!(drops(&s, "ct-table-full"), 0, "{s:#}");
     assert_eq!(drops(&s, "handoff-full"), 0, "{s:#}");

@@ -112,12 +112,7 @@ fn kernel_stacks_reach_the_gateway_each_other_and_the_router() {
     let s = d.ctl_json(&["stats"]);
     assert!(drops(&s, "ttl-exceeded") >= 2, "{s:#}");
     assert!(drops(&s, "mtu-exceeded") >= 2, "{s:#}");
-    let icmp_errors: u64 = s["workers"]
-        .as_array()
-        .expect("workers")
-        .iter()
-        .filter_map(|w| w["icmp_errors"].as_u64())
-        .sum();
+    let icmp_errors = icmp_errors(&s);
     assert!(icmp_errors >= 4, "{s:#}");
 
     // Routes over the control socket: a blackhole stops traffic, a trace shows why.

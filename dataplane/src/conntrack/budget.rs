@@ -130,11 +130,6 @@ impl Allowance {
         }
     }
 
-    /// The budget drawn on.
-    pub fn budget(&self) -> &Arc<CtBudget> {
-        &self.budget
-    }
-
     /// Room for one more connection of `zone`, or the limit that refuses it (and then
     /// nothing reserved for it is kept).
     #[inline]

@@ -654,11 +654,6 @@ impl ConnTable {
         self.allowance = Some(Allowance::new(budget));
     }
 
-    /// The node-wide limits this table counts against, if any.
-    pub fn budget(&self) -> Option<&Arc<CtBudget>> {
-        self.allowance.as_ref().map(Allowance::budget)
-    }
-
     /// The timeouts the table was built with.
     pub fn timeouts(&self) -> &Timeouts {
         &self.cfg_timeouts
