@@ -25,7 +25,15 @@ pub fn bin_dir() -> PathBuf {
     BUILT.get_or_init(|| {
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let mut cmd = Command::new(cargo);
-        cmd.args(["build", "--quiet", "-p", "ferrule-control", "--bins"]);
+        cmd.args([
+            "build",
+            "--quiet",
+            "-p",
+            "ferrule-daemon",
+            "-p",
+            "ferrulectl",
+            "--bins",
+        ]);
         if dir.file_name().is_some_and(|n| n == "release") {
             cmd.arg("--release");
         }

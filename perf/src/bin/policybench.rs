@@ -5,8 +5,8 @@
 //! and a policy edit. Prints table and rule counts.
 
 use clap::Parser;
-use ferrule_control::policy::cache::{parse_text, Cache, Key, Kind, Object, PortRef};
-use ferrule_control::policy::{Change, Engine, Local};
+use ferrule_policy::cache::{parse_text, Cache, Key, Kind, Object, PortRef};
+use ferrule_policy::{Change, Engine, Local};
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 

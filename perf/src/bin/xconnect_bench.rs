@@ -4,8 +4,8 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-use ferrule_control::api::{method, Stats};
-use ferrule_control::client::Client;
+use ferrule_api::client::Client;
+use ferrule_api::{method, Stats};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

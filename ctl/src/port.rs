@@ -1,0 +1,226 @@
+//! `ferrulectl port add|del`: attach a pod over vhost-user, or any DPDK device, to a
+//! running ferruled, and detach it.
+
+use super::{params, CtlError, Ctx};
+use clap::{ArgGroup, Args, Subcommand, ValueEnum};
+use ferrule_api::{port_method, PortAdd, PortDel, PortDeleted, PortInfo, PortRole};
+
+pub const PORT_LONG_ABOUT: &str = "\
+Attach a port to a running ferruled, or detach one, without a restart.
+
+A pod attaches over vhost-user (as in Calico/VPP, the userspace CNI or OVS-DPDK's
+dpdkvhostuser ports): its virtio device and Ferrule share memory through a Unix socket.
+In server mode (the default) Ferrule creates the socket (its directory with mode 0700)
+and the pod connects; in client mode the pod serves the socket and Ferrule connects,
+and reconnects whenever either side restarts. Any other DPDK device attaches with
+--devargs (a kernel pod's veth through net_af_packet, net_tap, net_memif, …).
+
+The new port's receive queues go to the least busy workers, its addresses become routes
+(a pod's IPs host routes to it), and it shows in `ferrulectl ports` with its link
+state (up while the pod is connected), the pod, and the gateway address and MAC the pod
+talks to. Traffic towards a pod that is not connected is dropped as port-down.
+Detaching a port takes it out of the workers' hands first, then unplugs it; every
+buffer it held returns to the pool, its routes go, other ports are untouched.";
+
+/// `ferrulectl port` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum PortCommand {
+    /// Attach a port.
+    #[command(
+        long_about = "\
+Attach a port: a pod over vhost-user (--vhost-user), or any DPDK device (--devargs).
+Prints the new port as `ferrulectl ports` shows it.
+
+A pod port needs the pod's MAC (--mac): frames to the pod are sent to it. The pod routes
+through the gateway its port shows (169.254.1.1 and fe80::1 by default), which Ferrule
+answers ARP and neighbour discovery for. --ip gives the pod's addresses (host routes to
+the port); for --role uplink or host, --ip gives Ferrule's own addresses with their
+subnets and --mac Ferrule's MAC on the port.
+
+Examples:
+  ferrulectl port add pod-c --vhost-user /run/ferrule/vhost/pod-c.sock \\
+      --ip 10.1.0.4 --ip fd00:1::4 --mac 02:00:00:0a:01:04 --pod default/web-1
+  ferrulectl port add pod-d --vhost-user /var/run/pods/d.sock --mode client --queues 2 \\
+      --ip 10.1.0.5 --mac 02:00:00:0a:01:05
+  ferrulectl port add pod-k --devargs net_af_packet5,iface=veth-k --ip 10.1.0.6 \\
+      --mac 02:00:00:0a:01:06",
+        group(ArgGroup::new("device").required(true).args(["vhost_user", "devargs"]))
+    )]
+    Add(PortAddArgs),
+
+    /// Detach a port.
+    #[command(long_about = "\
+Detach a port: its queues stop being polled, nothing more is sent to it, its routes are
+removed, then the device is unplugged and every buffer it held returns to the pool.
+Ports with ACL tables attached are refused until an ACL state without them is applied.
+Prints the pool's buffers in use afterwards.")]
+    Del(PortDelArgs),
+}
+
+/// `--mode` of a vhost-user port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    /// Ferrule creates the socket; the pod connects.
+    Server,
+    /// The pod serves the socket; Ferrule connects (and reconnects).
+    Client,
+}
+
+/// `--role`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Role {
+    Pod,
+    Uplink,
+    Host,
+}
+
+/// Arguments of `ferrulectl port add`.
+#[derive(Debug, Args)]
+pub struct PortAddArgs {
+    /// Port name (letters, digits, '-', '_', '.').
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// vhost-user socket of the pod.
+    #[arg(long = "vhost-user", value_name = "SOCKET_PATH")]
+    pub vhost_user: Option<String>,
+    /// Who creates the socket (vhost-user only).
+    #[arg(long, value_enum, value_name = "MODE", requires = "vhost_user")]
+    pub mode: Option<Mode>,
+    /// Queue pairs (vhost-user) or receive queues (devargs) [default: 1].
+    #[arg(long, value_name = "N")]
+    pub queues: Option<u16>,
+    /// Any DPDK device, as devargs.
+    #[arg(long, value_name = "DEVARGS", conflicts_with = "mode")]
+    pub devargs: Option<String>,
+    /// Role of the port [default: pod].
+    #[arg(long, value_enum, value_name = "ROLE")]
+    pub role: Option<Role>,
+    /// Network (VRF) [default: default].
+    #[arg(long, value_name = "NET")]
+    pub network: Option<String>,
+    /// A pod address (ADDR or ADDR/32, ADDR/128), or for uplink and host ports one of
+    /// Ferrule's addresses with its subnet (ADDR/LEN); repeat for more.
+    #[arg(long = "ip", value_name = "CIDR")]
+    pub ip: Vec<String>,
+    /// The pod's MAC (pod ports, required), or Ferrule's MAC on the port.
+    #[arg(long, value_name = "MAC")]
+    pub mac: Option<String>,
+    /// The Kubernetes pod behind the port.
+    #[arg(long, value_name = "NAMESPACE/NAME")]
+    pub pod: Option<String>,
+    /// MTU [default: 1500].
+    #[arg(long, value_name = "BYTES")]
+    pub mtu: Option<u16>,
+}
+
+/// Arguments of `ferrulectl port del`.
+#[derive(Debug, Args)]
+pub struct PortDelArgs {
+    /// Port name.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+}
+
+/// The `port.add` request of `ferrulectl port add`.
+pub fn request(a: &PortAddArgs) -> PortAdd {
+    PortAdd {
+        name: a.name.clone(),
+        vhost_user: a.vhost_user.clone(),
+        mode: a.mode.map(|m| match m {
+            Mode::Server => "server".to_string(),
+            Mode::Client => "client".to_string(),
+        }),
+        queues: a.queues,
+        devargs: a.devargs.clone(),
+        role: a.role.map(|r| match r {
+            Role::Pod => PortRole::Pod,
+            Role::Uplink => PortRole::Uplink,
+            Role::Host => PortRole::Host,
+        }),
+        network: a.network.clone(),
+        ips: a.ip.clone(),
+        mac: a.mac.clone(),
+        pod: a.pod.clone(),
+        mtu: a.mtu,
+    }
+}
+
+/// Runs a `port` subcommand.
+pub fn run(ctx: &mut Ctx<'_>, command: &PortCommand) -> Result<(), CtlError> {
+    match command {
+        PortCommand::Add(a) => ctx.query(port_method::ADD, params(&request(a))?, |p: &PortInfo| {
+            super::render_ports(&ferrule_api::PortsList {
+                ports: vec![p.clone()],
+            })
+        }),
+        PortCommand::Del(a) => {
+            let request = PortDel {
+                name: a.name.clone(),
+            };
+            ctx.query(port_method::DEL, params(&request)?, |d: &PortDeleted| {
+                format!("port {} deleted; {} mbufs in use\n", d.name, d.mbufs_in_use)
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Cli, Command};
+    use clap::Parser;
+
+    fn add(args: &[&str]) -> Result<PortAdd, clap::Error> {
+        let mut argv = vec!["ferrulectl", "port", "add"];
+        argv.extend_from_slice(args);
+        let cli = Cli::try_parse_from(argv)?;
+        let Command::Port {
+            command: PortCommand::Add(a),
+        } = cli.command
+        else {
+            panic!("not port add");
+        };
+        Ok(request(&a))
+    }
+
+    #[test]
+    fn the_issue_command_lines_parse() {
+        let r = add(&[
+            "pod-c",
+            "--vhost-user",
+            "/run/x.sock",
+            "--mode",
+            "client",
+            "--queues",
+            "2",
+            "--network",
+            "blue",
+            "--ip",
+            "10.2.0.9",
+            "--ip",
+            "fd00:2::9",
+            "--mac",
+            "02:00:00:00:00:09",
+            "--pod",
+            "ns/web",
+        ])
+        .unwrap();
+        assert_eq!(r.vhost_user.as_deref(), Some("/run/x.sock"));
+        assert_eq!(r.mode.as_deref(), Some("client"));
+        assert_eq!((r.queues, r.ips.len()), (Some(2), 2));
+        let r = add(&[
+            "up1",
+            "--devargs",
+            "net_tap0",
+            "--role",
+            "uplink",
+            "--ip",
+            "192.0.2.20/24",
+        ])
+        .unwrap();
+        assert_eq!(r.role, Some(PortRole::Uplink));
+        assert!(add(&["x"]).is_err(), "a device is required");
+        assert!(add(&["x", "--vhost-user", "/a", "--devargs", "net_tap0"]).is_err());
+        assert!(add(&["x", "--devargs", "net_tap0", "--mode", "client"]).is_err());
+    }
+}

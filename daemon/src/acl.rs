@@ -1,0 +1,1214 @@
+//! The daemon's ACL state: `acl.apply` input parsing and validation (every error names
+//! the table, the rule index and the field), the change set against the tables in
+//! force, compiling only changed tables, rule hit-counter slots that survive applies,
+//! `acl.dump` and `acl.clear-counters`.
+//!
+//! Counters: every rule (and every table's no-match case) owns a counter slot in each
+//! worker's [`RuleCounters`]. A rule kept by an apply — same table name, same content —
+//! keeps its slot, so its counts carry on. A slot given up by an apply is reused only
+//! once no worker can still hold a generation that counts into it; a slot's count is
+//! its workers' sum minus a baseline taken when it was (re)assigned or cleared.
+
+use ferrule_api::rpc::RpcError;
+use ferrule_api::{self as api, AclAttachment, AclRuleDump, AclTableDump, Hits};
+use ferrule_dataplane::acl::table::{AclTables, Direction, Table};
+use ferrule_dataplane::acl::{Action, PortRange, Prefix, Proto, Rule, RuleField};
+use ferrule_dataplane::counters::{RuleCounters, MAX_PORTS};
+use ferrule_dataplane::snapshot::PortRole;
+use serde_json::{Map, Value};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The fields a rule may have.
+const RULE_FIELDS: &str = "action, proto, src, dst, src_port, dst_port, origin";
+
+/// Most tables one apply may hold (attachments index them with a `u16`).
+pub const MAX_TABLES: usize = 4096;
+
+/// The desired ACL state of one `acl.apply`, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Desired {
+    /// Tables in input order: name and rules.
+    pub tables: Vec<(String, Vec<Rule>)>,
+    /// (port index, direction, table index).
+    pub attach: Vec<(u16, Direction, usize)>,
+    /// Index of the global table.
+    pub global: Option<usize>,
+    pub dry_run: bool,
+}
+
+/// An `INVALID_PARAMS` error at `path`, with the table and rule it is about.
+fn invalid(path: &str, table: Option<&str>, rule: Option<usize>, detail: String) -> RpcError {
+    let mut e = RpcError::invalid_params(path, detail);
+    e.data = Some(serde_json::json!({ "field": path, "table": table, "rule": rule }));
+    e
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a map",
+    }
+}
+
+fn object<'a>(v: &'a Value, path: &str) -> Result<&'a Map<String, Value>, RpcError> {
+    v.as_object().ok_or_else(|| {
+        invalid(
+            path,
+            None,
+            None,
+            format!("expected a map, found {}", type_name(v)),
+        )
+    })
+}
+
+fn list<'a>(v: Option<&'a Value>, path: &str) -> Result<&'a [Value], RpcError> {
+    match v {
+        None | Some(Value::Null) => Ok(&[]),
+        Some(Value::Array(a)) => Ok(a),
+        Some(other) => Err(invalid(
+            path,
+            None,
+            None,
+            format!("expected a list, found {}", type_name(other)),
+        )),
+    }
+}
+
+fn string<'a>(v: Option<&'a Value>, path: &str) -> Result<Option<&'a str>, RpcError> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(other) => Err(invalid(
+            path,
+            None,
+            None,
+            format!("expected a string, found {}", type_name(other)),
+        )),
+    }
+}
+
+fn unknown_keys(map: &Map<String, Value>, allowed: &[&str], path: &str) -> Result<(), RpcError> {
+    match map.keys().find(|k| !allowed.contains(&k.as_str())) {
+        Some(k) => Err(invalid(
+            &join(path, k),
+            None,
+            None,
+            format!("unknown field (expected one of: {})", allowed.join(", ")),
+        )),
+        None => Ok(()),
+    }
+}
+
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+/// Parses one rule map; errors name `tables[t].rules[r].FIELD`, the table and the rule.
+fn parse_rule(v: &Value, path: &str, table: &str, index: usize) -> Result<Rule, RpcError> {
+    let fail = |field: &str, detail: String| {
+        invalid(
+            &join(path, field),
+            Some(table),
+            Some(index),
+            format!("table {table:?} rule {index}: {detail}"),
+        )
+    };
+    let map = v
+        .as_object()
+        .ok_or_else(|| fail("", format!("expected a map, found {}", type_name(v))))?;
+    if let Some(k) = map
+        .keys()
+        .find(|k| !RULE_FIELDS.split(", ").any(|f| f == k.as_str()))
+    {
+        return Err(fail(
+            k,
+            format!("{k}: unknown field (expected one of: {RULE_FIELDS})"),
+        ));
+    }
+    let text = |field: &str| -> Result<Option<&str>, RpcError> {
+        match map.get(field) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(other) => Err(fail(
+                field,
+                format!("{field}: expected a string, found {}", type_name(other)),
+            )),
+        }
+    };
+    let rule_err =
+        |e: ferrule_dataplane::acl::RuleError| fail(&e.field().to_string(), e.to_string());
+
+    let action = match text("action")? {
+        Some(a) => Action::parse(a).map_err(rule_err)?,
+        None => {
+            return Err(fail(
+                "action",
+                "action: required (permit, deny or reflect)".into(),
+            ))
+        }
+    };
+    let proto = match map.get("proto") {
+        None | Some(Value::Null) => Proto::Any,
+        Some(Value::String(s)) => Proto::parse(s).map_err(rule_err)?,
+        Some(Value::Number(n)) => match n.as_u64().and_then(|n| u8::try_from(n).ok()) {
+            Some(n) => Proto::Number(n),
+            None => {
+                return Err(fail(
+                    "proto",
+                    format!("proto: {n} is not a protocol number 0-255"),
+                ))
+            }
+        },
+        Some(other) => {
+            return Err(fail(
+                "proto",
+                format!(
+                    "proto: expected a name or a number, found {}",
+                    type_name(other)
+                ),
+            ))
+        }
+    };
+    let prefix = |field: RuleField| -> Result<Prefix, RpcError> {
+        match text(&field.to_string())? {
+            None => Ok(Prefix::Any),
+            Some(s) => Prefix::parse(s, field).map_err(rule_err),
+        }
+    };
+    let ports = |field: RuleField| -> Result<PortRange, RpcError> {
+        match map.get(&field.to_string()) {
+            None | Some(Value::Null) => Ok(PortRange::ANY),
+            Some(Value::String(s)) => PortRange::parse(s.trim(), field).map_err(rule_err),
+            Some(Value::Number(n)) => match n.as_u64() {
+                Some(n) => PortRange::from_number(n, field).map_err(rule_err),
+                None => Err(fail(
+                    &field.to_string(),
+                    format!("{field}: {n} is not a port 0-65535"),
+                )),
+            },
+            Some(other) => Err(fail(
+                &field.to_string(),
+                format!(
+                    "{field}: expected N or \"LO-HI\", found {}",
+                    type_name(other)
+                ),
+            )),
+        }
+    };
+    let rule = Rule {
+        action,
+        proto,
+        src: prefix(RuleField::Src)?,
+        dst: prefix(RuleField::Dst)?,
+        src_port: ports(RuleField::SrcPort)?,
+        dst_port: ports(RuleField::DstPort)?,
+        origin: text("origin")?.map(str::to_owned),
+    };
+    rule.validate().map_err(rule_err)?;
+    Ok(rule)
+}
+
+/// Parses and validates `acl.apply` params against the daemon's ports (name, role).
+pub fn parse_apply(params: &Value, ports: &[(String, PortRole)]) -> Result<Desired, RpcError> {
+    let empty = Map::new();
+    let top = match params {
+        Value::Null => &empty,
+        v => object(v, "params")?,
+    };
+    unknown_keys(top, &["tables", "attach", "global", "dry_run"], "")?;
+    let dry_run = match top.get("dry_run") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(other) => {
+            return Err(invalid(
+                "dry_run",
+                None,
+                None,
+                format!("expected true or false, found {}", type_name(other)),
+            ))
+        }
+    };
+    let mut tables: Vec<(String, Vec<Rule>)> = Vec::new();
+    let mut by_name: HashMap<String, usize> = HashMap::new();
+    let table_list = list(top.get("tables"), "tables")?;
+    if table_list.len() > MAX_TABLES {
+        return Err(invalid(
+            "tables",
+            None,
+            None,
+            format!("{} tables: at most {MAX_TABLES}", table_list.len()),
+        ));
+    }
+    for (t, tv) in table_list.iter().enumerate() {
+        let path = format!("tables[{t}]");
+        let map = object(tv, &path)?;
+        unknown_keys(map, &["name", "rules"], &path)?;
+        let name_path = join(&path, "name");
+        let name = string(map.get("name"), &name_path)?
+            .ok_or_else(|| invalid(&name_path, None, None, "required".into()))?;
+        if name.is_empty()
+            || name.len() > 128
+            || name.chars().any(|c| c.is_whitespace() || c.is_control())
+        {
+            return Err(invalid(
+                &name_path,
+                Some(name),
+                None,
+                format!("{name:?}: a table name is 1-128 characters without spaces"),
+            ));
+        }
+        if let Some(&first) = by_name.get(name) {
+            return Err(invalid(
+                &name_path,
+                Some(name),
+                None,
+                format!("duplicate table name {name:?} (also tables[{first}])"),
+            ));
+        }
+        let rules_path = join(&path, "rules");
+        let rules = list(map.get("rules"), &rules_path)?
+            .iter()
+            .enumerate()
+            .map(|(r, rv)| parse_rule(rv, &format!("{rules_path}[{r}]"), name, r))
+            .collect::<Result<Vec<Rule>, RpcError>>()?;
+        by_name.insert(name.to_string(), t);
+        tables.push((name.to_string(), rules));
+    }
+    let table_ref = |v: Option<&Value>, path: &str| -> Result<Option<usize>, RpcError> {
+        match string(v, path)? {
+            None => Ok(None),
+            Some(name) => by_name.get(name).copied().map(Some).ok_or_else(|| {
+                invalid(
+                    path,
+                    Some(name),
+                    None,
+                    format!("no table named {name:?} in `tables`"),
+                )
+            }),
+        }
+    };
+    let mut attach: Vec<(u16, Direction, usize)> = Vec::new();
+    for (k, av) in list(top.get("attach"), "attach")?.iter().enumerate() {
+        let path = format!("attach[{k}]");
+        let map = object(av, &path)?;
+        unknown_keys(map, &["port", "direction", "table"], &path)?;
+        let port_path = join(&path, "port");
+        let port_name = string(map.get("port"), &port_path)?
+            .ok_or_else(|| invalid(&port_path, None, None, "required".into()))?;
+        let port = ports
+            .iter()
+            .position(|(n, _)| n == port_name)
+            .ok_or_else(|| {
+                invalid(
+                    &port_path,
+                    None,
+                    None,
+                    format!(
+                        "no port named {port_name:?} (ports: {})",
+                        ports
+                            .iter()
+                            .map(|(n, _)| n.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )
+            })?;
+        let dir_path = join(&path, "direction");
+        let direction = match string(map.get("direction"), &dir_path)? {
+            Some("ingress") => Direction::Ingress,
+            Some("egress") => Direction::Egress,
+            Some(other) => {
+                return Err(invalid(
+                    &dir_path,
+                    None,
+                    None,
+                    format!("{other:?}: expected ingress or egress"),
+                ))
+            }
+            None => {
+                return Err(invalid(
+                    &dir_path,
+                    None,
+                    None,
+                    "required (ingress or egress)".into(),
+                ))
+            }
+        };
+        let table_path = join(&path, "table");
+        let table = table_ref(map.get("table"), &table_path)?
+            .ok_or_else(|| invalid(&table_path, None, None, "required".into()))?;
+        if let Some(first) = attach
+            .iter()
+            .position(|&(p, d, _)| usize::from(p) == port && d == direction)
+        {
+            return Err(invalid(
+                &port_path,
+                None,
+                None,
+                format!(
+                    "port {port_name:?} already has an {} table (attach[{first}]); one table per port and direction",
+                    direction.name()
+                ),
+            ));
+        }
+        attach.push((port as u16, direction, table));
+    }
+    let global = table_ref(top.get("global"), "global")?;
+    Ok(Desired {
+        tables,
+        attach,
+        global,
+        dry_run,
+    })
+}
+
+/// Slots given up by an apply, reusable once `tables` (the generation's ACL state that
+/// counted into them) is held by nobody else.
+#[derive(Debug)]
+struct Draining {
+    tables: Arc<AclTables>,
+    slots: Vec<u32>,
+}
+
+/// Counter-slot bookkeeping.
+#[derive(Debug, Clone, Default)]
+struct Slots {
+    free: Vec<u32>,
+    next: u32,
+}
+
+impl Slots {
+    fn take(&mut self) -> Option<u32> {
+        if let Some(s) = self.free.pop() {
+            return Some(s);
+        }
+        if (self.next as usize) < RuleCounters::CAPACITY {
+            self.next += 1;
+            return Some(self.next - 1);
+        }
+        None
+    }
+
+    fn available(&self) -> usize {
+        self.free.len() + (RuleCounters::CAPACITY - self.next as usize)
+    }
+}
+
+/// What `apply` decided, before it is published.
+#[derive(Debug)]
+pub struct Applied {
+    pub result: api::AclApplied,
+    /// The new ACL state to publish; `None` for a dry run or when nothing changed.
+    pub tables: Option<Arc<AclTables>>,
+}
+
+/// The ACL state in force and its counters' bookkeeping.
+#[derive(Debug)]
+pub struct AclManager {
+    /// Port names and roles, by port index.
+    ports: Vec<(String, PortRole)>,
+    current: Arc<AclTables>,
+    slots: Slots,
+    draining: Vec<Draining>,
+    /// Per slot: the summed count it had when assigned or last cleared.
+    baseline: Vec<Hits>,
+}
+
+/// Sums a slot over every worker's counters.
+fn raw(counters: &[&RuleCounters], slot: u32) -> Hits {
+    counters.iter().fold(Hits::default(), |acc, c| {
+        let (p, b) = c.get(slot);
+        Hits {
+            packets: acc.packets.wrapping_add(p),
+            bytes: acc.bytes.wrapping_add(b),
+        }
+    })
+}
+
+impl AclManager {
+    /// No tables, for a daemon with these ports (name, role) by index.
+    pub fn new(ports: Vec<(String, PortRole)>) -> AclManager {
+        AclManager {
+            ports,
+            current: Arc::default(),
+            slots: Slots::default(),
+            draining: Vec::new(),
+            baseline: Vec::new(),
+        }
+    }
+
+    /// The ACL state in force.
+    pub fn current(&self) -> Arc<AclTables> {
+        Arc::clone(&self.current)
+    }
+
+    /// The port names and roles.
+    pub fn ports(&self) -> &[(String, PortRole)] {
+        &self.ports
+    }
+
+    /// Replaces the port names and roles (ports added or removed at run time; an
+    /// empty name is a free slot, which no attachment can name).
+    pub fn set_ports(&mut self, ports: Vec<(String, PortRole)>) {
+        self.ports = ports;
+    }
+
+    /// Returns slots of generations nobody holds any more to the free list, oldest
+    /// first (a slot given up later may still be counted by an older generation).
+    pub fn reclaim(&mut self) {
+        let done = self
+            .draining
+            .iter()
+            .take_while(|d| Arc::strong_count(&d.tables) == 1)
+            .count();
+        for d in self.draining.drain(..done) {
+            self.slots.free.extend(d.slots);
+        }
+    }
+
+    /// Slots in use or waiting to be reusable (for tests and reports).
+    pub fn slots_held(&self) -> usize {
+        self.slots.next as usize - self.slots.free.len()
+    }
+
+    /// Computes and compiles the new state and makes it the one in force; the caller
+    /// must publish the returned `tables`. On error, for a dry run, or when nothing
+    /// changed, nothing changes.
+    pub fn apply(
+        &mut self,
+        desired: &Desired,
+        counters: &[&RuleCounters],
+    ) -> Result<Applied, RpcError> {
+        self.reclaim();
+        let started = Instant::now();
+        let old: HashMap<&str, &Arc<Table>> = self
+            .current
+            .tables
+            .iter()
+            .map(|t| (t.name.as_str(), t))
+            .collect();
+        let mut slots = self.slots.clone();
+        let mut fresh: Vec<u32> = Vec::new();
+        let mut kept_slots: std::collections::HashSet<u32> = std::collections::HashSet::new();
+        let mut tables: Vec<Arc<Table>> = Vec::with_capacity(desired.tables.len());
+        let (mut added, mut changed) = (Vec::new(), Vec::new());
+        let mut unchanged = 0usize;
+        let total_rules: usize = desired.tables.iter().map(|(_, r)| r.len() + 1).sum();
+        let reusable: usize = desired
+            .tables
+            .iter()
+            .filter_map(|(name, _)| old.get(name.as_str()))
+            .map(|t| t.slots.len() + 1)
+            .sum();
+        if total_rules > slots.available() + reusable {
+            return Err(invalid(
+                "tables",
+                None,
+                None,
+                format!(
+                    "{total_rules} rules and tables need counters; at most {} can be held",
+                    RuleCounters::CAPACITY
+                ),
+            ));
+        }
+        let take = |slots: &mut Slots, fresh: &mut Vec<u32>| -> Result<u32, RpcError> {
+            let s = slots.take().ok_or_else(|| {
+                invalid(
+                    "tables",
+                    None,
+                    None,
+                    "out of rule counter slots; retry once older generations are freed".into(),
+                )
+            })?;
+            fresh.push(s);
+            Ok(s)
+        };
+        for (t, (name, rules)) in desired.tables.iter().enumerate() {
+            let previous = old.get(name.as_str());
+            if let Some(prev) = previous.filter(|p| p.rules == *rules) {
+                unchanged += 1;
+                kept_slots.extend(prev.slots.iter().copied());
+                kept_slots.insert(prev.no_match_slot);
+                tables.push(Arc::clone(prev));
+                continue;
+            }
+            // Rules equal to one of the previous table's keep its slot, in order.
+            let mut by_rule: HashMap<&Rule, std::collections::VecDeque<u32>> = HashMap::new();
+            if let Some(prev) = previous {
+                for (rule, &slot) in prev.rules.iter().zip(&prev.slots) {
+                    by_rule.entry(rule).or_default().push_back(slot);
+                }
+            }
+            let mut table_slots = Vec::with_capacity(rules.len());
+            for rule in rules {
+                let slot = match by_rule.get_mut(rule).and_then(|q| q.pop_front()) {
+                    Some(slot) => {
+                        kept_slots.insert(slot);
+                        slot
+                    }
+                    None => take(&mut slots, &mut fresh)?,
+                };
+                table_slots.push(slot);
+            }
+            let no_match = match previous {
+                Some(prev) => {
+                    kept_slots.insert(prev.no_match_slot);
+                    prev.no_match_slot
+                }
+                None => take(&mut slots, &mut fresh)?,
+            };
+            let table = Table::compile(name.clone(), rules.clone(), table_slots, no_match)
+                .map_err(|e| {
+                    invalid(
+                        &format!("tables[{t}]"),
+                        Some(name),
+                        None,
+                        format!("table {name:?}: {e}"),
+                    )
+                })?;
+            if previous.is_some() {
+                changed.push(name.clone());
+            } else {
+                added.push(name.clone());
+            }
+            tables.push(Arc::new(table));
+        }
+        let removed: Vec<String> = self
+            .current
+            .tables
+            .iter()
+            .filter(|t| !desired.tables.iter().any(|(n, _)| *n == t.name))
+            .map(|t| t.name.clone())
+            .collect();
+        let mut ingress = [None; MAX_PORTS];
+        let mut egress = [None; MAX_PORTS];
+        for &(port, direction, table) in &desired.attach {
+            let at = match direction {
+                Direction::Ingress => &mut ingress,
+                Direction::Egress => &mut egress,
+            };
+            if let Some(slot) = at.get_mut(usize::from(port)) {
+                *slot = Some(table as u16);
+            }
+        }
+        let global = desired.global.map(|g| g as u16);
+        let new_state =
+            AclTables::new(tables, ingress, egress, global, self.current.generation + 1);
+        let attachments_changed = self.attachments(&self.current) != self.attachments(&new_state)
+            || self
+                .current
+                .global
+                .map(|g| &self.current.tables[usize::from(g)].name)
+                != new_state
+                    .global
+                    .map(|g| &new_state.tables[usize::from(g)].name);
+        let result = api::AclApplied {
+            generation: 0,
+            dry_run: desired.dry_run,
+            tables: new_state.tables.len(),
+            rules: new_state.tables.iter().map(|t| t.rules.len()).sum(),
+            unchanged,
+            attachments_changed,
+            compile_ms: started.elapsed().as_secs_f64() * 1e3,
+            added,
+            changed,
+            removed,
+        };
+        let nothing_changed = result.added.is_empty()
+            && result.changed.is_empty()
+            && result.removed.is_empty()
+            && !attachments_changed
+            && new_state.tables.len() == self.current.tables.len()
+            && new_state
+                .tables
+                .iter()
+                .zip(&self.current.tables)
+                .all(|(a, b)| Arc::ptr_eq(a, b));
+        if desired.dry_run || nothing_changed {
+            return Ok(Applied {
+                result,
+                tables: None,
+            });
+        }
+        // Commit the bookkeeping: fresh slots start from their current sums; slots no
+        // longer used drain with the state that used them.
+        for &slot in &fresh {
+            for c in counters {
+                c.reserve(slot);
+            }
+            let i = slot as usize;
+            if self.baseline.len() <= i {
+                self.baseline.resize(i + 1, Hits::default());
+            }
+            self.baseline[i] = raw(counters, slot);
+        }
+        let given_up: Vec<u32> = self
+            .current
+            .tables
+            .iter()
+            .flat_map(|t| {
+                t.slots
+                    .iter()
+                    .copied()
+                    .chain(std::iter::once(t.no_match_slot))
+            })
+            .filter(|s| !kept_slots.contains(s))
+            .collect();
+        self.slots = slots;
+        let new_state = Arc::new(new_state);
+        let old_state = std::mem::replace(&mut self.current, Arc::clone(&new_state));
+        self.draining.push(Draining {
+            tables: old_state,
+            slots: given_up,
+        });
+        Ok(Applied {
+            result,
+            tables: Some(new_state),
+        })
+    }
+
+    /// Attachments of a state as (port, direction, table name), sorted.
+    fn attachments<'a>(&self, state: &'a AclTables) -> Vec<(usize, &'static str, &'a str)> {
+        let mut v = Vec::new();
+        for (direction, at) in [
+            (Direction::Ingress, &state.ingress),
+            (Direction::Egress, &state.egress),
+        ] {
+            for (port, t) in at.iter().enumerate() {
+                if let Some(t) = t.and_then(|t| state.tables.get(usize::from(t))) {
+                    v.push((port, direction.name(), t.name.as_str()));
+                }
+            }
+        }
+        v.sort_unstable();
+        v
+    }
+
+    fn hits(&self, counters: &[&RuleCounters], slot: u32) -> Hits {
+        let now = raw(counters, slot);
+        let base = self
+            .baseline
+            .get(slot as usize)
+            .copied()
+            .unwrap_or_default();
+        Hits {
+            packets: now.packets.wrapping_sub(base.packets),
+            bytes: now.bytes.wrapping_sub(base.bytes),
+        }
+    }
+
+    fn table_index(&self, name: &str, field: &str) -> Result<usize, RpcError> {
+        self.current
+            .tables
+            .iter()
+            .position(|t| t.name == name)
+            .ok_or_else(|| invalid(field, Some(name), None, format!("no table named {name:?}")))
+    }
+
+    /// `acl.dump`.
+    pub fn dump(
+        &self,
+        params: &api::AclDumpParams,
+        generation: u64,
+        counters: &[&RuleCounters],
+    ) -> Result<api::AclDump, RpcError> {
+        let state = &*self.current;
+        let only_table = params
+            .table
+            .as_deref()
+            .map(|t| self.table_index(t, "table"))
+            .transpose()?;
+        let only_port = match params.port.as_deref() {
+            None => None,
+            Some(p) => Some(
+                self.ports
+                    .iter()
+                    .position(|(n, _)| n == p)
+                    .ok_or_else(|| invalid("port", None, None, format!("no port named {p:?}")))?,
+            ),
+        };
+        let mut tables = Vec::new();
+        for (index, table) in state.tables.iter().enumerate() {
+            let mut attached = Vec::new();
+            for (direction, at) in [
+                (Direction::Ingress, &state.ingress),
+                (Direction::Egress, &state.egress),
+            ] {
+                for (port, t) in at.iter().enumerate().take(self.ports.len()) {
+                    if *t == Some(index as u16) {
+                        attached.push((port, direction));
+                    }
+                }
+            }
+            attached.sort_unstable_by_key(|&(p, d)| (p, d.name()));
+            let global = state.global == Some(index as u16);
+            if only_table.is_some_and(|t| t != index) {
+                continue;
+            }
+            if let Some(port) = only_port {
+                let uplink = self.ports[port].1 == PortRole::Uplink;
+                let applies = attached.iter().any(|&(p, _)| p == port) || (global && uplink);
+                if !applies {
+                    continue;
+                }
+            }
+            let rules = table
+                .rules
+                .iter()
+                .zip(&table.slots)
+                .enumerate()
+                .map(|(i, (r, &slot))| AclRuleDump {
+                    index: i,
+                    action: r.action.to_string(),
+                    proto: r.proto.to_string(),
+                    src: r.src.to_string(),
+                    dst: r.dst.to_string(),
+                    src_port: r.src_port.to_string(),
+                    dst_port: r.dst_port.to_string(),
+                    origin: r.origin.clone(),
+                    hits: self.hits(counters, slot),
+                })
+                .collect();
+            tables.push(AclTableDump {
+                name: table.name.clone(),
+                rules,
+                no_match: self.hits(counters, table.no_match_slot),
+                attached: attached
+                    .into_iter()
+                    .map(|(p, d)| AclAttachment {
+                        port: self.ports[p].0.clone(),
+                        direction: d.name().to_string(),
+                    })
+                    .collect(),
+                global,
+                memory_bytes: table.memory_bytes(),
+            });
+        }
+        Ok(api::AclDump { generation, tables })
+    }
+
+    /// `acl.clear-counters`: resets the counters of every rule, or of one table's.
+    pub fn clear(
+        &mut self,
+        params: &api::AclClearParams,
+        counters: &[&RuleCounters],
+    ) -> Result<api::AclCleared, RpcError> {
+        let only = params
+            .table
+            .as_deref()
+            .map(|t| self.table_index(t, "table"))
+            .transpose()?;
+        let slots: Vec<u32> = self
+            .current
+            .tables
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| only.is_none_or(|o| o == *i))
+            .flat_map(|(_, t)| {
+                t.slots
+                    .iter()
+                    .copied()
+                    .chain(std::iter::once(t.no_match_slot))
+            })
+            .collect();
+        for &slot in &slots {
+            let i = slot as usize;
+            if self.baseline.len() <= i {
+                self.baseline.resize(i + 1, Hits::default());
+            }
+            self.baseline[i] = raw(counters, slot);
+        }
+        Ok(api::AclCleared {
+            counters: slots.len(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ports() -> Vec<(String, PortRole)> {
+        vec![
+            ("pod-a".into(), PortRole::Pod),
+            ("pod-b".into(), PortRole::Pod),
+            ("uplink0".into(), PortRole::Uplink),
+        ]
+    }
+
+    fn web_table(extra_first: bool) -> Value {
+        let mut rules = vec![
+            json!({"action": "permit", "proto": "tcp", "src": "10.1.0.0/16", "dst_port": 80, "origin": "x/allow-web"}),
+            json!({"action": "permit", "proto": "udp", "dst_port": "5000-5010"}),
+            json!({"action": "deny"}),
+        ];
+        if extra_first {
+            rules.insert(0, json!({"action": "deny", "proto": "tcp", "dst_port": 22}));
+        }
+        json!({
+            "tables": [{"name": "web", "rules": rules}, {"name": "all", "rules": [{"action": "permit"}]}],
+            "attach": [{"port": "pod-a", "direction": "egress", "table": "web"}],
+            "global": "all",
+        })
+    }
+
+    /// The error of applying `params`: its field path and message.
+    fn error_of(params: Value) -> (String, String) {
+        let e = parse_apply(&params, &ports()).expect_err("must be refused");
+        assert_eq!(e.code, ferrule_api::rpc::INVALID_PARAMS);
+        let field = e.data.as_ref().unwrap()["field"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        (field, e.message)
+    }
+
+    fn one_rule(rule: Value) -> Value {
+        json!({"tables": [{"name": "t", "rules": [{"action": "permit"}, rule]}]})
+    }
+
+    #[test]
+    fn invalid_input_names_table_rule_and_field() {
+        let cases = [
+            (
+                one_rule(json!({"action": "deny", "src": "10.0.0.0/33"})),
+                "tables[0].rules[1].src",
+                "prefix length above 32",
+            ),
+            (
+                one_rule(json!({"action": "deny", "dst": "10.0.0.300/8"})),
+                "tables[0].rules[1].dst",
+                "bad address",
+            ),
+            (
+                one_rule(json!({"action": "deny", "proto": "tcp", "dst_port": 70000})),
+                "tables[0].rules[1].dst_port",
+                "70000 > 65535",
+            ),
+            (
+                one_rule(json!({"action": "deny", "proto": "udp", "src_port": "90-80"})),
+                "tables[0].rules[1].src_port",
+                "low port 90 > high port 80",
+            ),
+            (
+                one_rule(json!({"action": "deny", "proto": "icmp", "dst_port": 80})),
+                "tables[0].rules[1].dst_port",
+                "ports need proto tcp, udp or sctp",
+            ),
+            (
+                one_rule(json!({"action": "deny", "dst_port": 80})),
+                "tables[0].rules[1].dst_port",
+                "ports need proto",
+            ),
+            (
+                one_rule(json!({"action": "allow"})),
+                "tables[0].rules[1].action",
+                "unknown action",
+            ),
+            (
+                one_rule(json!({"proto": "tcp"})),
+                "tables[0].rules[1].action",
+                "required",
+            ),
+            (
+                one_rule(json!({"action": "deny", "proto": "tcpp"})),
+                "tables[0].rules[1].proto",
+                "unknown protocol",
+            ),
+            (
+                one_rule(json!({"action": "deny", "proto": 300})),
+                "tables[0].rules[1].proto",
+                "0-255",
+            ),
+            (
+                one_rule(json!({"action": "deny", "dport": 80})),
+                "tables[0].rules[1].dport",
+                "unknown field",
+            ),
+            (
+                one_rule(json!({"action": "deny", "src": "10.0.0.0/8", "dst": "2001:db8::/32"})),
+                "tables[0].rules[1].dst",
+                "family",
+            ),
+            (
+                one_rule(json!({"action": "deny", "src": 10})),
+                "tables[0].rules[1].src",
+                "expected a string",
+            ),
+        ];
+        for (params, field, text) in cases {
+            let (got_field, message) = error_of(params);
+            assert_eq!(got_field, field, "{message}");
+            assert!(message.contains(text), "{message} lacks {text:?}");
+            assert!(message.contains("table \"t\" rule 1"), "{message}");
+        }
+        let table_level = [
+            (
+                json!({"tables": [{"name": "t"}, {"name": "t"}]}),
+                "tables[1].name",
+                "duplicate table name \"t\"",
+            ),
+            (
+                json!({"tables": [{"rules": []}]}),
+                "tables[0].name",
+                "required",
+            ),
+            (
+                json!({"tables": [{"name": "a b"}]}),
+                "tables[0].name",
+                "without spaces",
+            ),
+            (
+                json!({"tables": [{"name": "t", "rule": []}]}),
+                "tables[0].rule",
+                "unknown field",
+            ),
+            (
+                json!({"tables": [{"name": "t"}], "attach": [{"port": "pod-z", "direction": "egress", "table": "t"}]}),
+                "attach[0].port",
+                "no port named \"pod-z\"",
+            ),
+            (
+                json!({"tables": [{"name": "t"}], "attach": [{"port": "pod-a", "direction": "in", "table": "t"}]}),
+                "attach[0].direction",
+                "ingress or egress",
+            ),
+            (
+                json!({"tables": [{"name": "t"}], "attach": [{"port": "pod-a", "direction": "egress", "table": "u"}]}),
+                "attach[0].table",
+                "no table named \"u\"",
+            ),
+            (
+                json!({"tables": [{"name": "t"}], "attach": [{"port": "pod-a", "direction": "egress", "table": "t"}, {"port": "pod-a", "direction": "egress", "table": "t"}]}),
+                "attach[1].port",
+                "already has an egress table",
+            ),
+            (
+                json!({"tables": [{"name": "t"}], "global": "u"}),
+                "global",
+                "no table named \"u\"",
+            ),
+            (json!({"tables": {}}), "tables", "expected a list"),
+            (json!({"table": []}), "table", "unknown field"),
+        ];
+        for (params, field, text) in table_level {
+            let (got_field, message) = error_of(params);
+            assert_eq!(got_field, field, "{message}");
+            assert!(message.contains(text), "{message} lacks {text:?}");
+        }
+    }
+
+    #[test]
+    fn valid_input_parses_every_field() {
+        let d = parse_apply(&web_table(false), &ports()).unwrap();
+        assert_eq!(d.tables.len(), 2);
+        let web = &d.tables[0].1;
+        assert_eq!(web[0].proto, Proto::TCP);
+        assert_eq!(web[0].dst_port, PortRange::single(80));
+        assert_eq!(web[0].src.to_string(), "10.1.0.0/16");
+        assert_eq!(web[0].origin.as_deref(), Some("x/allow-web"));
+        assert_eq!(web[1].dst_port, PortRange { lo: 5000, hi: 5010 });
+        assert_eq!(web[2], Rule::any(Action::Deny));
+        assert_eq!(d.attach, vec![(0, Direction::Egress, 0)]);
+        assert_eq!(d.global, Some(1));
+        assert!(!d.dry_run);
+        assert_eq!(parse_apply(&Value::Null, &ports()).unwrap().tables.len(), 0);
+    }
+
+    /// Two workers' counters.
+    fn workers() -> [RuleCounters; 2] {
+        [RuleCounters::default(), RuleCounters::default()]
+    }
+
+    fn apply(
+        m: &mut AclManager,
+        params: &Value,
+        w: &[RuleCounters; 2],
+    ) -> Result<Applied, RpcError> {
+        let d = parse_apply(params, m.ports())?;
+        m.apply(&d, &[&w[0], &w[1]])
+    }
+
+    fn hits_of(m: &AclManager, w: &[RuleCounters; 2], table: &str) -> Vec<u64> {
+        let dump = m
+            .dump(
+                &api::AclDumpParams {
+                    table: Some(table.into()),
+                    port: None,
+                },
+                0,
+                &[&w[0], &w[1]],
+            )
+            .unwrap();
+        let t = &dump.tables[0];
+        t.rules
+            .iter()
+            .map(|r| r.hits.packets)
+            .chain(std::iter::once(t.no_match.packets))
+            .collect()
+    }
+
+    #[test]
+    fn counters_of_unchanged_rules_survive_an_apply() {
+        let w = workers();
+        let mut m = AclManager::new(ports());
+        let first = apply(&mut m, &web_table(false), &w).unwrap();
+        assert_eq!(first.result.added, vec!["web", "all"]);
+        let state = first.tables.unwrap();
+        let web = state.tables[0].clone();
+        // Worker 0 hits rule 0 three times, worker 1 rule 2 once and no-match twice.
+        for _ in 0..3 {
+            w[0].hit(web.slots[0], 100);
+        }
+        w[1].hit(web.slots[2], 60);
+        w[1].hit(web.no_match_slot, 1);
+        w[1].hit(web.no_match_slot, 1);
+        assert_eq!(hits_of(&m, &w, "web"), vec![3, 0, 1, 2]);
+
+        // A rule inserted first: the old rules keep their counts at their new index.
+        let second = apply(&mut m, &web_table(true), &w).unwrap();
+        assert_eq!(second.result.changed, vec!["web"]);
+        assert_eq!(second.result.unchanged, 1);
+        assert!(second.tables.is_some());
+        assert_eq!(hits_of(&m, &w, "web"), vec![0, 3, 0, 1, 2]);
+        let all = hits_of(&m, &w, "all");
+        assert_eq!(all, vec![0, 0]);
+
+        // The same state again changes nothing and publishes nothing.
+        let again = apply(&mut m, &web_table(true), &w).unwrap();
+        assert!(again.tables.is_none());
+        assert_eq!(again.result.unchanged, 2);
+
+        // Clearing one table resets only its counters.
+        let cleared = m
+            .clear(
+                &api::AclClearParams {
+                    table: Some("web".into()),
+                },
+                &[&w[0], &w[1]],
+            )
+            .unwrap();
+        assert_eq!(cleared.counters, 5);
+        assert_eq!(hits_of(&m, &w, "web"), vec![0, 0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn refused_and_dry_run_applies_change_nothing() {
+        let w = workers();
+        let mut m = AclManager::new(ports());
+        apply(&mut m, &web_table(false), &w).unwrap();
+        let before = m.current();
+        let held = m.slots_held();
+        let mut bad = web_table(true);
+        bad["tables"][0]["rules"][0]["dst_port"] = json!(99999);
+        assert!(apply(&mut m, &bad, &w).is_err());
+        let mut dry = web_table(true);
+        dry["dry_run"] = json!(true);
+        let dry = apply(&mut m, &dry, &w).unwrap();
+        assert!(dry.result.dry_run && dry.tables.is_none());
+        assert_eq!(dry.result.changed, vec!["web"]);
+        assert!(Arc::ptr_eq(&before, &m.current()));
+        assert_eq!(m.slots_held(), held);
+    }
+
+    #[test]
+    fn given_up_slots_are_reused_only_after_the_old_state_is_freed() {
+        let w = workers();
+        let mut m = AclManager::new(ports());
+        let first = apply(&mut m, &web_table(false), &w)
+            .unwrap()
+            .tables
+            .unwrap();
+        assert_eq!(
+            m.slots_held(),
+            6,
+            "4 for web (3 rules + no match), 2 for all"
+        );
+        let old_slot = first.tables[0].slots[1];
+        w[0].hit(old_slot, 10);
+        // Remove `web`: its 4 slots drain while a worker still holds `first`.
+        let only_all = json!({"tables": [{"name": "all", "rules": [{"action": "permit"}]}]});
+        drop(apply(&mut m, &only_all, &w).unwrap());
+        m.reclaim();
+        assert_eq!(m.slots_held(), 6, "still held by a generation in use");
+        let renamed = json!({"tables": [
+            {"name": "all", "rules": [{"action": "permit"}]},
+            {"name": "web2", "rules": [{"action": "deny"}, {"action": "deny", "proto": 6}, {"action": "permit"}]},
+        ]});
+        let second = apply(&mut m, &renamed, &w).unwrap().tables.unwrap();
+        assert!(
+            !second.tables[1].slots.contains(&old_slot),
+            "reused while held"
+        );
+        drop(second);
+        drop(first);
+        // Every older state is gone: removing web2 then adding web3 reuses slots,
+        // old_slot among them, counting from zero.
+        // web3 needs 8 slots: exactly the 8 free ones (web's and web2's).
+        let web3_rules: Vec<Value> = (0..7)
+            .map(|p| json!({"action": "deny", "proto": p}))
+            .collect();
+        let web3 = json!({"tables": [
+            {"name": "all", "rules": [{"action": "permit"}]},
+            {"name": "web3", "rules": web3_rules},
+        ]});
+        drop(apply(&mut m, &only_all, &w).unwrap());
+        m.reclaim();
+        assert_eq!(m.slots_held(), 2);
+        let third = apply(&mut m, &web3, &w).unwrap().tables.unwrap();
+        let reused = &third.tables[1];
+        assert!(
+            reused.slots.contains(&old_slot) || reused.no_match_slot == old_slot,
+            "{:?} / {}",
+            reused.slots,
+            reused.no_match_slot
+        );
+        assert_eq!(hits_of(&m, &w, "web3"), vec![0; 8]);
+    }
+
+    #[test]
+    fn dump_filters_by_port_and_table() {
+        let w = workers();
+        let mut m = AclManager::new(ports());
+        apply(&mut m, &web_table(false), &w).unwrap();
+        let dump = |port: Option<&str>, table: Option<&str>| {
+            m.dump(
+                &api::AclDumpParams {
+                    port: port.map(Into::into),
+                    table: table.map(Into::into),
+                },
+                7,
+                &[&w[0], &w[1]],
+            )
+        };
+        let all = dump(None, None).unwrap();
+        assert_eq!(all.generation, 7);
+        assert_eq!(all.tables.len(), 2);
+        assert_eq!(all.tables[0].attached[0].port, "pod-a");
+        assert!(all.tables[1].global);
+        let names = |d: api::AclDump| d.tables.into_iter().map(|t| t.name).collect::<Vec<_>>();
+        assert_eq!(names(dump(Some("pod-a"), None).unwrap()), vec!["web"]);
+        assert_eq!(names(dump(Some("uplink0"), None).unwrap()), vec!["all"]);
+        assert!(names(dump(Some("pod-b"), None).unwrap()).is_empty());
+        assert_eq!(names(dump(None, Some("all")).unwrap()), vec!["all"]);
+        assert!(dump(Some("nope"), None)
+            .unwrap_err()
+            .message
+            .contains("no port named"));
+        assert!(dump(None, Some("nope"))
+            .unwrap_err()
+            .message
+            .contains("no table named"));
+    }
+}

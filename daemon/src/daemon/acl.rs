@@ -1,0 +1,50 @@
+//! `acl.*`: apply a whole ACL state (validated and compiled on the control thread, then
+//! published as one generation), dump tables with their hit counters, clear counters.
+
+use super::{to_value, Daemon, WorkerRuntime};
+use ferrule_api::rpc::{parse_params, RpcError};
+use ferrule_api::{AclClearParams, AclDumpParams};
+use ferrule_dataplane::counters::RuleCounters;
+use serde_json::Value;
+
+/// Every worker's ACL hit counters.
+fn rule_counters(workers: &[WorkerRuntime]) -> Vec<&RuleCounters> {
+    workers.iter().map(|w| &w.counters.acl).collect()
+}
+
+impl Daemon {
+    pub(super) fn acl_apply(&mut self, params: &Value) -> Result<Value, RpcError> {
+        let desired = crate::acl::parse_apply(params, self.acl.ports())?;
+        let applied = self.acl.apply(&desired, &rule_counters(&self.workers))?;
+        let mut result = applied.result;
+        if let Some(tables) = applied.tables {
+            self.fib.set_acl(tables);
+            self.publish();
+            tracing::info!(
+                tables = result.tables,
+                rules = result.rules,
+                added = result.added.len(),
+                changed = result.changed.len(),
+                removed = result.removed.len(),
+                compile_ms = result.compile_ms,
+                "ACL applied"
+            );
+        }
+        result.generation = self.snapshot().generation;
+        to_value(result)
+    }
+
+    pub(super) fn acl_dump(&mut self, params: &Value) -> Result<Value, RpcError> {
+        let p: AclDumpParams = parse_params(params)?;
+        let generation = self.snapshot().generation;
+        to_value(
+            self.acl
+                .dump(&p, generation, &rule_counters(&self.workers))?,
+        )
+    }
+
+    pub(super) fn acl_clear(&mut self, params: &Value) -> Result<Value, RpcError> {
+        let p: AclClearParams = parse_params(params)?;
+        to_value(self.acl.clear(&p, &rule_counters(&self.workers))?)
+    }
+}

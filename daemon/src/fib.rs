@@ -1,0 +1,667 @@
+//! The control thread's master copy of the forwarding state: every network's routes
+//! (from the configuration, the API, ports' addresses and pods), the next-hop table,
+//! static and learned neighbours, and the ports — validated here, compiled into an
+//! immutable dataplane [`Snapshot`] on every change.
+
+use crate::config::{Config, IpCidr, PortConfig, RouteTarget};
+use ferrule_dataplane::acl::table::AclTables;
+use ferrule_dataplane::lpm::{Lpm4, Lpm6, NextHop};
+use ferrule_dataplane::nat::SnatPolicy;
+use ferrule_dataplane::snapshot::{Neighbor, Network, NextHopEntry, PortRole, PortState, Snapshot};
+use ferrule_dataplane::wire::EthernetAddress;
+use rustc_hash::FxHashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+/// Where a route came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum RouteSource {
+    /// `[[route]]` in the configuration.
+    Config,
+    /// `route.add`.
+    Api,
+    /// The subnet of a port address.
+    Connected,
+    /// A pod port's address.
+    Pod,
+    /// One of Ferrule's own addresses.
+    Local,
+}
+
+impl RouteSource {
+    pub const fn name(self) -> &'static str {
+        match self {
+            RouteSource::Config => "config",
+            RouteSource::Api => "api",
+            RouteSource::Connected => "connected",
+            RouteSource::Pod => "pod",
+            RouteSource::Local => "local",
+        }
+    }
+
+    /// Routes the API may replace or delete.
+    pub const fn is_user(self) -> bool {
+        matches!(self, RouteSource::Config | RouteSource::Api)
+    }
+}
+
+/// A route as the control thread keeps it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Route {
+    pub entry: NextHopEntry,
+    pub source: RouteSource,
+}
+
+/// Interned next hops: route tables store an index; entries never move while used.
+#[derive(Debug, Default, Clone)]
+struct NextHops {
+    entries: Vec<NextHopEntry>,
+    refs: Vec<u32>,
+    index: HashMap<NextHopEntry, NextHop>,
+    free: Vec<NextHop>,
+}
+
+impl NextHops {
+    fn acquire(&mut self, e: NextHopEntry) -> NextHop {
+        if let Some(&nh) = self.index.get(&e) {
+            self.refs[nh as usize] += 1;
+            return nh;
+        }
+        let nh = match self.free.pop() {
+            Some(nh) => {
+                self.entries[nh as usize] = e;
+                self.refs[nh as usize] = 1;
+                nh
+            }
+            None => {
+                self.entries.push(e);
+                self.refs.push(1);
+                (self.entries.len() - 1) as NextHop
+            }
+        };
+        self.index.insert(e, nh);
+        nh
+    }
+
+    fn release(&mut self, nh: NextHop) {
+        let i = nh as usize;
+        if self.refs[i] > 0 {
+            self.refs[i] -= 1;
+            if self.refs[i] == 0 {
+                self.index.remove(&self.entries[i]);
+                self.entries[i] = NextHopEntry::Blackhole;
+                self.free.push(nh);
+            }
+        }
+    }
+}
+
+/// One network's routes.
+#[derive(Debug, Clone)]
+struct NetRoutes {
+    name: String,
+    gateway_v4: std::net::Ipv4Addr,
+    gateway_v6: std::net::Ipv6Addr,
+    routes: BTreeMap<(IpAddr, u8), (Route, NextHop)>,
+    lpm4: Arc<Lpm4>,
+    lpm6: Arc<Lpm6>,
+}
+
+/// A neighbour as the control thread keeps it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NeighborRecord {
+    pub mac: EthernetAddress,
+    pub port: u16,
+    /// Static (configuration / API) or learned.
+    pub is_static: bool,
+    /// When it was learned or last confirmed.
+    pub updated: std::time::Instant,
+}
+
+/// The master forwarding state.
+#[derive(Debug, Clone)]
+pub struct Fib {
+    ports: Vec<PortState>,
+    nets: Vec<NetRoutes>,
+    next_hops: NextHops,
+    neighbors: BTreeMap<(u16, IpAddr), NeighborRecord>,
+    /// The ACL tables in force, published with every generation.
+    acl: Arc<AclTables>,
+    /// The SNAT policy in force (the VPC state).
+    snat: Arc<SnatPolicy>,
+    generation: u64,
+}
+
+/// Why a route or neighbour change was refused; the field it is about and the text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FibError {
+    pub field: &'static str,
+    pub message: String,
+}
+
+fn err(field: &'static str, message: impl Into<String>) -> FibError {
+    FibError {
+        field,
+        message: message.into(),
+    }
+}
+
+impl Fib {
+    /// Builds the state of a configuration. `macs[i]` and `dpdk_ids[i]` are port i's
+    /// MAC and DPDK id as the driver reports them.
+    pub fn from_config(cfg: &Config, macs: &[[u8; 6]], dpdk_ids: &[u16]) -> Result<Fib, FibError> {
+        let net_of = |name: &str| {
+            cfg.networks
+                .iter()
+                .position(|n| n.name == name)
+                .unwrap_or(0)
+        };
+        let nets = cfg
+            .networks
+            .iter()
+            .map(|n| NetRoutes {
+                name: n.name.clone(),
+                gateway_v4: n.gateway_v4,
+                gateway_v6: n.gateway_v6,
+                routes: BTreeMap::new(),
+                lpm4: Arc::new(Lpm4::new()),
+                lpm6: Arc::new(Lpm6::new()),
+            })
+            .collect();
+        let mut fib = Fib {
+            ports: Vec::with_capacity(cfg.ports.len()),
+            nets,
+            next_hops: NextHops::default(),
+            neighbors: BTreeMap::new(),
+            acl: Arc::default(),
+            snat: Arc::new(cfg.snat.clone()),
+            generation: 0,
+        };
+        for (i, p) in cfg.ports.iter().enumerate() {
+            let xconnect = p
+                .xconnect
+                .as_deref()
+                .and_then(|x| cfg.ports.iter().position(|q| q.name == x))
+                .map(|x| x as u16);
+            let mac = p.mac.or_else(|| macs.get(i).copied()).unwrap_or([0; 6]);
+            let state = fib.port_state(
+                p,
+                net_of(&p.network) as u16,
+                mac,
+                dpdk_ids.get(i).copied().unwrap_or(i as u16),
+                xconnect,
+            );
+            fib.ports.push(state);
+            fib.add_port_routes(i as u16, p)?;
+        }
+        for r in &cfg.routes {
+            let entry = match r.target {
+                RouteTarget::Port { port, via } => NextHopEntry::Port {
+                    port: port as u16,
+                    via,
+                },
+                RouteTarget::Blackhole => NextHopEntry::Blackhole,
+            };
+            fib.insert(
+                r.network as u16,
+                r.prefix,
+                Route {
+                    entry,
+                    source: RouteSource::Config,
+                },
+            )?;
+        }
+        for n in &cfg.neighbors {
+            fib.set_neighbor(
+                n.network as u16,
+                n.ip,
+                EthernetAddress(n.mac),
+                n.port as u16,
+                true,
+            );
+        }
+        Ok(fib)
+    }
+
+    /// The forwarding view of a port: Ferrule's own addresses on it (the network's
+    /// gateway on pod ports, plus the configured ones), its MAC and MTU.
+    fn port_state(
+        &self,
+        p: &PortConfig,
+        network: u16,
+        mac: [u8; 6],
+        dpdk_id: u16,
+        xconnect: Option<u16>,
+    ) -> PortState {
+        let role = match p.role {
+            ferrule_api::PortRole::Uplink => PortRole::Uplink,
+            ferrule_api::PortRole::Pod => PortRole::Pod,
+            ferrule_api::PortRole::Host => PortRole::Host,
+        };
+        let (mut local_v4, mut local_v6) = (Vec::new(), Vec::new());
+        if let (PortRole::Pod, Some(net)) = (role, self.nets.get(usize::from(network))) {
+            local_v4.push(net.gateway_v4);
+            local_v6.push(net.gateway_v6);
+        }
+        for a in &p.addresses {
+            match a.addr {
+                IpAddr::V4(x) => local_v4.push(x),
+                IpAddr::V6(x) => local_v6.push(x),
+            }
+        }
+        PortState {
+            name: p.name.clone(),
+            dpdk_id,
+            role,
+            network,
+            mac: EthernetAddress(mac),
+            mtu: p.mtu,
+            pod_mac: p.pod_mac.map(EthernetAddress),
+            local_v4,
+            local_v6,
+            xconnect,
+        }
+    }
+
+    /// The routes a port brings: a host route per pod address, and per own address
+    /// its subnet (connected) and itself (local).
+    fn add_port_routes(&mut self, port: u16, p: &PortConfig) -> Result<(), FibError> {
+        let net = self.ports[usize::from(port)].network;
+        for ip in &p.pod_ips {
+            let host = IpCidr {
+                addr: *ip,
+                len: if ip.is_ipv4() { 32 } else { 128 },
+            };
+            let entry = NextHopEntry::Port { port, via: None };
+            self.insert(
+                net,
+                host,
+                Route {
+                    entry,
+                    source: RouteSource::Pod,
+                },
+            )?;
+        }
+        for a in &p.addresses {
+            let subnet = IpCidr {
+                addr: a.network(),
+                len: a.len,
+            };
+            let entry = NextHopEntry::Port { port, via: None };
+            self.insert(
+                net,
+                subnet,
+                Route {
+                    entry,
+                    source: RouteSource::Connected,
+                },
+            )?;
+            let host = IpCidr {
+                addr: a.addr,
+                len: if a.addr.is_ipv4() { 32 } else { 128 },
+            };
+            self.insert(
+                net,
+                host,
+                Route {
+                    entry: NextHopEntry::Local,
+                    source: RouteSource::Local,
+                },
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Adds a port at run time in slot `index` (a free one, or the next), with its
+    /// routes. On error nothing changes.
+    pub fn add_port(
+        &mut self,
+        index: u16,
+        p: &PortConfig,
+        network: u16,
+        mac: [u8; 6],
+        dpdk_id: u16,
+    ) -> Result<(), FibError> {
+        let i = usize::from(index);
+        if i > self.ports.len() || (i < self.ports.len() && !self.ports[i].name.is_empty()) {
+            return Err(err("name", format!("port slot {index} is taken")));
+        }
+        let saved = self.clone();
+        let state = self.port_state(p, network, mac, dpdk_id, None);
+        if i == self.ports.len() {
+            self.ports.push(state);
+        } else {
+            self.ports[i] = state;
+        }
+        if let Err(e) = self.add_port_routes(index, p) {
+            *self = saved;
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Removes a port at run time: every route through it (whatever their source), its
+    /// local addresses and the neighbours learned on it go; its slot is left empty
+    /// (an empty name) for a later port.
+    pub fn remove_port(&mut self, index: u16) {
+        let Some(state) = self.ports.get(usize::from(index)).cloned() else {
+            return;
+        };
+        let net = state.network;
+        let own: Vec<IpAddr> = state
+            .local_v4
+            .iter()
+            .map(|a| IpAddr::V4(*a))
+            .chain(state.local_v6.iter().map(|a| IpAddr::V6(*a)))
+            .collect();
+        for n in 0..self.nets.len() {
+            let doomed: Vec<(IpAddr, u8)> = self.nets[n]
+                .routes
+                .iter()
+                .filter(|(key, (route, _))| match route.entry {
+                    NextHopEntry::Port { port, .. } => port == index,
+                    NextHopEntry::Local => {
+                        n == usize::from(net) && own.contains(&key.0) && state.role != PortRole::Pod
+                    }
+                    NextHopEntry::Blackhole => false,
+                })
+                .map(|(key, _)| *key)
+                .collect();
+            for (addr, len) in doomed {
+                self.remove_route_key(n as u16, (addr, len));
+            }
+        }
+        self.neighbors.retain(|_, nb| nb.port != index);
+        let placeholder = PortState {
+            name: String::new(),
+            dpdk_id: 0,
+            role: PortRole::Host,
+            network: 0,
+            mac: EthernetAddress([0; 6]),
+            mtu: 0,
+            pod_mac: None,
+            local_v4: Vec::new(),
+            local_v6: Vec::new(),
+            xconnect: None,
+        };
+        self.ports[usize::from(index)] = placeholder;
+    }
+
+    fn insert(&mut self, net: u16, prefix: IpCidr, route: Route) -> Result<(), FibError> {
+        let n = self
+            .nets
+            .get_mut(usize::from(net))
+            .ok_or_else(|| err("network", "no such network"))?;
+        let key = (prefix.network(), prefix.len);
+        if let Some((old, _)) = n.routes.get(&key) {
+            if !old.source.is_user() || !route.source.is_user() {
+                return Err(err(
+                    "prefix",
+                    format!(
+                        "{}/{} in network {:?} is already a {} route",
+                        key.0,
+                        key.1,
+                        n.name,
+                        old.source.name()
+                    ),
+                ));
+            }
+        }
+        let nh = self.next_hops.acquire(route.entry);
+        let result = match key.0 {
+            IpAddr::V4(a) => Arc::make_mut(&mut n.lpm4).insert(a, key.1, nh),
+            IpAddr::V6(a) => Arc::make_mut(&mut n.lpm6).insert(a, key.1, nh),
+        };
+        match result {
+            Ok(_) => {
+                if let Some((_, old_nh)) = n.routes.insert(key, (route, nh)) {
+                    self.next_hops.release(old_nh);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                self.next_hops.release(nh);
+                Err(err("prefix", e.to_string()))
+            }
+        }
+    }
+
+    /// Adds or replaces a user route (`route.add`).
+    pub fn add_route(
+        &mut self,
+        net: u16,
+        prefix: IpCidr,
+        entry: NextHopEntry,
+    ) -> Result<(), FibError> {
+        if prefix.network() != prefix.addr {
+            return Err(err(
+                "prefix",
+                format!(
+                    "{prefix} has host bits set (the prefix is {}/{})",
+                    prefix.network(),
+                    prefix.len
+                ),
+            ));
+        }
+        if let NextHopEntry::Port { port, via } = entry {
+            let p = self
+                .ports
+                .get(usize::from(port))
+                .ok_or_else(|| err("port", "no such port"))?;
+            if p.network != net {
+                return Err(err(
+                    "port",
+                    format!(
+                        "port {:?} is in network {:?}",
+                        p.name,
+                        self.nets[usize::from(p.network)].name
+                    ),
+                ));
+            }
+            if via.is_some_and(|v| v.is_ipv4() != prefix.addr.is_ipv4()) {
+                return Err(err("via", "next hop and prefix differ in IP version"));
+            }
+        }
+        self.insert(
+            net,
+            prefix,
+            Route {
+                entry,
+                source: RouteSource::Api,
+            },
+        )
+    }
+
+    /// Removes a user route (`route.del`).
+    pub fn del_route(&mut self, net: u16, prefix: IpCidr) -> Result<(), FibError> {
+        let n = self
+            .nets
+            .get_mut(usize::from(net))
+            .ok_or_else(|| err("network", "no such network"))?;
+        let key = (prefix.network(), prefix.len);
+        match n.routes.get(&key) {
+            None => Err(err(
+                "prefix",
+                format!("no route {}/{} in network {:?}", key.0, key.1, n.name),
+            )),
+            Some((r, _)) if !r.source.is_user() => Err(err(
+                "prefix",
+                format!(
+                    "{}/{} is a {} route; change the port instead",
+                    key.0,
+                    key.1,
+                    r.source.name()
+                ),
+            )),
+            Some(_) => {
+                self.remove_route_key(net, key);
+                Ok(())
+            }
+        }
+    }
+
+    /// Removes the route with exactly this key, whatever its source.
+    fn remove_route_key(&mut self, net: u16, key: (IpAddr, u8)) {
+        let Some(n) = self.nets.get_mut(usize::from(net)) else {
+            return;
+        };
+        match key.0 {
+            IpAddr::V4(a) => Arc::make_mut(&mut n.lpm4).remove(a, key.1),
+            IpAddr::V6(a) => Arc::make_mut(&mut n.lpm6).remove(a, key.1),
+        };
+        if let Some((_, nh)) = n.routes.remove(&key) {
+            self.next_hops.release(nh);
+        }
+    }
+
+    /// Sets a neighbour. A learned entry never replaces a static one.
+    pub fn set_neighbor(
+        &mut self,
+        net: u16,
+        ip: IpAddr,
+        mac: EthernetAddress,
+        port: u16,
+        is_static: bool,
+    ) -> bool {
+        let key = (net, ip);
+        if !is_static && self.neighbors.get(&key).is_some_and(|n| n.is_static) {
+            return false;
+        }
+        let rec = NeighborRecord {
+            mac,
+            port,
+            is_static,
+            updated: std::time::Instant::now(),
+        };
+        let changed = self
+            .neighbors
+            .get(&key)
+            .is_none_or(|n| n.mac != mac || n.port != port || n.is_static != is_static);
+        self.neighbors.insert(key, rec);
+        changed
+    }
+
+    /// Removes a neighbour; false if there was none.
+    pub fn del_neighbor(&mut self, net: u16, ip: IpAddr) -> bool {
+        self.neighbors.remove(&(net, ip)).is_some()
+    }
+
+    /// Learned neighbours older than `max_age` are forgotten; returns how many.
+    pub fn age_neighbors(&mut self, max_age: std::time::Duration) -> usize {
+        let before = self.neighbors.len();
+        self.neighbors
+            .retain(|_, n| n.is_static || n.updated.elapsed() < max_age);
+        before - self.neighbors.len()
+    }
+
+    /// One neighbour.
+    pub fn neighbor(&self, key: (u16, IpAddr)) -> Option<&NeighborRecord> {
+        self.neighbors.get(&key)
+    }
+
+    pub fn neighbors(&self) -> impl Iterator<Item = (&(u16, IpAddr), &NeighborRecord)> {
+        self.neighbors.iter()
+    }
+
+    pub fn ports(&self) -> &[PortState] {
+        &self.ports
+    }
+
+    /// Index of a network by name.
+    pub fn network_index(&self, name: &str) -> Option<u16> {
+        self.nets
+            .iter()
+            .position(|n| n.name == name)
+            .map(|i| i as u16)
+    }
+
+    pub fn network_name(&self, net: u16) -> &str {
+        self.nets
+            .get(usize::from(net))
+            .map(|n| n.name.as_str())
+            .unwrap_or("?")
+    }
+
+    pub fn network_count(&self) -> usize {
+        self.nets.len()
+    }
+
+    /// Index of a port by name.
+    pub fn port_index(&self, name: &str) -> Option<u16> {
+        self.ports
+            .iter()
+            .position(|p| p.name == name)
+            .map(|i| i as u16)
+    }
+
+    /// Every route of a network, in prefix order.
+    pub fn routes(&self, net: u16) -> impl Iterator<Item = (IpCidr, Route)> + '_ {
+        self.nets.get(usize::from(net)).into_iter().flat_map(|n| {
+            n.routes
+                .iter()
+                .map(|(&(addr, len), &(r, _))| (IpCidr { addr, len }, r))
+        })
+    }
+
+    /// Replaces the SNAT policy the next generation carries.
+    pub fn set_snat(&mut self, snat: Arc<SnatPolicy>) {
+        self.snat = snat;
+    }
+
+    /// The SNAT policy in force.
+    pub fn snat(&self) -> &SnatPolicy {
+        &self.snat
+    }
+
+    /// The IPv4 addresses Ferrule owns on uplink ports (the node IPs SNAT may use).
+    pub fn uplink_v4(&self) -> Vec<std::net::Ipv4Addr> {
+        self.ports
+            .iter()
+            .filter(|p| p.role == PortRole::Uplink)
+            .flat_map(|p| p.local_v4.iter().copied())
+            .collect()
+    }
+
+    /// Replaces the ACL tables the next generation carries.
+    pub fn set_acl(&mut self, acl: Arc<AclTables>) {
+        self.acl = acl;
+    }
+
+    /// Compiles the current state into a new generation.
+    pub fn snapshot(&mut self) -> Snapshot {
+        self.generation += 1;
+        let mut neighbors: FxHashMap<(u16, IpAddr), Neighbor> = FxHashMap::default();
+        for (&k, n) in &self.neighbors {
+            neighbors.insert(
+                k,
+                Neighbor {
+                    mac: n.mac,
+                    port: n.port,
+                },
+            );
+        }
+        let mut snap = Snapshot {
+            generation: self.generation,
+            ports: self.ports.clone(),
+            networks: self
+                .nets
+                .iter()
+                .map(|n| Network {
+                    name: n.name.clone(),
+                    lpm4: Arc::clone(&n.lpm4),
+                    lpm6: Arc::clone(&n.lpm6),
+                    gateway_v4: n.gateway_v4,
+                    gateway_v6: n.gateway_v6,
+                })
+                .collect(),
+            nh_mac: Arc::default(),
+            next_hops: Arc::new(self.next_hops.entries.clone()),
+            neighbors: Arc::new(neighbors),
+            acl: Arc::clone(&self.acl),
+            snat: Arc::clone(&self.snat),
+        };
+        snap.resolve_gateways();
+        snap
+    }
+}

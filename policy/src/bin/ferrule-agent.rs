@@ -1,0 +1,226 @@
+//! `ferrule-agent`: watches a directory of Kubernetes manifests, renders the node's
+//! NetworkPolicies into ACL tables on every change and pushes them to ferruled.
+
+use clap::Parser;
+use ferrule_api::client::Client;
+use ferrule_api::{acl_method, AclApplied};
+use ferrule_policy::cache::{collect_files, load_path};
+use ferrule_policy::renderer::Rendered;
+use ferrule_policy::{Engine, Local};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "ferrule-agent",
+    version,
+    about = "Render a node's Kubernetes NetworkPolicies into Ferrule ACLs and keep ferruled in sync",
+    long_about = "ferrule-agent watches --state, a directory (or file) of Kubernetes manifests — \
+Namespaces, Pods and NetworkPolicies in YAML or JSON, as `kubectl get -o yaml` writes \
+them — and renders the policies of the pods of --node into ACL tables the way \
+Contiv/VPP's policy renderer does: an egress table per pod (pods with identical rules \
+share one), a reflective table on the ingress of those pods and a global table for \
+the uplinks. It then replaces ferruled's ACL state with one `acl.apply` over the \
+control socket.\n\n\
+The directory is checked every --interval-ms milliseconds (by file names, sizes and \
+modification times). On a change the state is read again and re-rendered \
+incrementally: only the pods a change affects are re-computed. Every render logs \
+the tables added, changed and removed and the pods re-attached; nothing is sent when \
+the rendering did not change. An invalid manifest is logged (naming the object and \
+field) and the tables in force stay as they are until the state is valid again. When \
+ferruled cannot be reached the apply is retried on every check.\n\n\
+Pods are attached to the Ferrule port named by their annotation ferrule.io/port, or \
+else to the port named like the pod (`ferrulectl port add NAME --pod NS/NAME`). See \
+docs/policy.md. Logging goes to stderr; RUST_LOG sets the level (default info).\n\n\
+SIGINT or SIGTERM stops the agent (exit 0); the tables in force stay in ferruled.",
+    after_help = "EXIT STATUS:\n  0  stopped by SIGINT/SIGTERM, or --once succeeded\n  \
+1  --once failed: invalid state or ferruled unreachable\n  2  bad command line\n\n\
+EXAMPLES:\n  ferrule-agent --state /etc/ferrule/k8s --node worker-1\n  \
+ferrule-agent --state ./manifests --node worker-1 --socket /tmp/ferrule.sock --once"
+)]
+struct Args {
+    /// Directory (or file) of Kubernetes manifests to watch.
+    #[arg(long, value_name = "DIR")]
+    state: PathBuf,
+
+    /// The node whose pods (spec.nodeName) are rendered.
+    #[arg(long, value_name = "NODE")]
+    node: String,
+
+    /// Control socket of ferruled.
+    #[arg(long, value_name = "PATH", env = "FERRULE_SOCKET", default_value = ferrule_api::DEFAULT_SOCKET)]
+    socket: PathBuf,
+
+    /// How often to check the state for changes, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(10..=600_000))]
+    interval_ms: u64,
+
+    /// Render and apply once, then exit.
+    #[arg(long)]
+    once: bool,
+}
+
+/// File names, sizes and modification times: what changes when the state does.
+fn fingerprint(path: &Path) -> Vec<(PathBuf, u64, Option<SystemTime>)> {
+    let mut files = Vec::new();
+    if collect_files(path, &mut files).is_err() {
+        return Vec::new();
+    }
+    files
+        .into_iter()
+        .map(|f| {
+            let meta = std::fs::metadata(&f).ok();
+            let len = meta.as_ref().map_or(0, std::fs::Metadata::len);
+            let mtime = meta.and_then(|m| m.modified().ok());
+            (f, len, mtime)
+        })
+        .collect()
+}
+
+struct Agent {
+    args: Args,
+    engine: Option<Engine>,
+    /// The rendering ferruled has, if the last apply succeeded.
+    applied: Option<Rendered>,
+}
+
+impl Agent {
+    /// Reads and renders the state; returns whether it succeeded.
+    fn render(&mut self) -> bool {
+        let started = Instant::now();
+        let objects = match load_path(&self.args.state) {
+            Ok((objects, warnings)) => {
+                for w in warnings {
+                    tracing::warn!("{w}");
+                }
+                objects
+            }
+            Err(e) => {
+                tracing::error!("state not rendered, tables in force kept: {e}");
+                return false;
+            }
+        };
+        let result = match &mut self.engine {
+            Some(engine) => engine.reload(objects).map(Some),
+            None => {
+                let cache = ferrule_policy::cache::Cache::from_objects(objects);
+                Engine::new(cache, Local::Node(self.args.node.clone())).map(|e| {
+                    self.engine = Some(e);
+                    None
+                })
+            }
+        };
+        match result {
+            Ok(diff) => {
+                if let Some(e) = &self.engine {
+                    let r = e.rendered();
+                    let what = match diff {
+                        Some(d) if d.is_empty() => "no change".to_string(),
+                        Some(d) => d.to_string(),
+                        None => format!(
+                            "tables added {}",
+                            r.tables.keys().cloned().collect::<Vec<_>>().join(", ")
+                        ),
+                    };
+                    tracing::info!(
+                        "rendered {} pods of node {}: {} tables, {} rules in {:.1} ms; {what}",
+                        r.pods.len(),
+                        self.args.node,
+                        r.tables.len(),
+                        r.rule_count(),
+                        started.elapsed().as_secs_f64() * 1e3
+                    );
+                }
+                true
+            }
+            Err(e) => {
+                tracing::error!("state not rendered, tables in force kept: {e}");
+                false
+            }
+        }
+    }
+
+    /// Sends the rendering to ferruled unless it already has it.
+    fn push(&mut self) -> bool {
+        let Some(engine) = &self.engine else {
+            return false;
+        };
+        let rendered = engine.rendered();
+        if self.applied.as_ref() == Some(rendered) {
+            return true;
+        }
+        let reply = Client::connect(&self.args.socket).and_then(|mut c| {
+            c.set_read_timeout(Some(Duration::from_secs(30)))?;
+            c.call_typed::<AclApplied>(acl_method::APPLY, rendered.to_apply())
+        });
+        match reply {
+            Ok(a) => {
+                tracing::info!("applied: {}", a.summary());
+                self.applied = Some(rendered.clone());
+                true
+            }
+            Err(e) => {
+                tracing::error!("acl.apply failed (retrying on the next check): {e}");
+                false
+            }
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        if let Err(e) = signal_hook::flag::register(sig, Arc::clone(&stop)) {
+            eprintln!("ferrule-agent: cannot handle signal {sig}: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    let interval = Duration::from_millis(args.interval_ms);
+    let once = args.once;
+    tracing::info!(
+        "watching {} for node {}, applying to {}",
+        args.state.display(),
+        args.node,
+        args.socket.display()
+    );
+    let mut agent = Agent {
+        args,
+        engine: None,
+        applied: None,
+    };
+    if once {
+        let ok = agent.render() && agent.push();
+        return if ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        };
+    }
+    let mut seen = None;
+    while !stop.load(Ordering::Relaxed) {
+        let now = fingerprint(&agent.args.state);
+        if seen.as_ref() != Some(&now) {
+            seen = Some(now);
+            agent.render();
+        }
+        agent.push();
+        let until = Instant::now() + interval;
+        while !stop.load(Ordering::Relaxed) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20).min(interval));
+        }
+    }
+    tracing::info!("stopping: the tables in force stay in ferruled");
+    ExitCode::SUCCESS
+}
