@@ -5,11 +5,12 @@
 //!   serializes to, and every example error names its field;
 //! - the `version`, `ports.list` and `stats.get` examples are what their result types
 //!   send, and the `stats.get` totals add up as the daemon adds them;
-//! - the route, trace and trace-dump examples are what the code does on the example
-//!   configuration (`configs/ferrule.toml` plus the doc's `toml` block): the route
-//!   changes are applied to a [`Fib`], the dump is compared with its routes, and the
-//!   traced packets are run through the pipeline;
-//! - the ACL examples are what the daemon's ACL code answers: each `acl.apply` is
+//! - the route, trace and trace-dump examples are what the daemon's own request
+//!   handlers ([`NodeState`], no EAL) answer on the example configuration
+//!   (`configs/ferrule.toml` plus the doc's `toml` block): the requests are replayed in
+//!   order and every answer compared, and the dumped packets are run through the
+//!   pipeline;
+//! - the ACL and VPC examples are what the same handlers answer: each `acl.apply` is
 //!   validated and applied in order, and the dump and clear examples run on the result;
 //! - the drop-reason table lists exactly the pipeline's reasons (which `ferrulectl
 //!   stats` can describe).
@@ -23,11 +24,9 @@ use ferrule_api::{
     RouteDel, RouteDump, Stats, TraceDump, TraceResult, TraceRun, TraceStart, VersionInfo,
 };
 use ferrule_ctl::drop_reason_description;
-use ferrule_daemon::acl::{parse_apply, AclManager};
-use ferrule_daemon::config::{parse_mac, Config, IpCidr, EMBEDDED_DEFAULT};
-use ferrule_daemon::fib::Fib;
+use ferrule_daemon::config::{parse_mac, Config, EMBEDDED_DEFAULT};
+use ferrule_daemon::daemon::NodeState;
 use ferrule_dataplane::counters::DropReason;
-use ferrule_dataplane::snapshot::{NextHopEntry, Snapshot};
 use ferrule_dataplane::wire::EthernetAddress;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -372,122 +371,28 @@ fn drop_reasons_are_documented_and_described() {
     }
 }
 
-/// The example configuration: `configs/ferrule.toml` plus the doc's `toml` block.
-fn example_fib() -> Fib {
+/// The daemon's state on the example configuration: `configs/ferrule.toml` plus the
+/// doc's `toml` block.
+fn example_state() -> NodeState {
     let start = DOC.find("```toml\n").expect("a toml block") + "```toml\n".len();
     let len = DOC[start..].find("```").expect("end of the toml block");
     let text = format!("{EMBEDDED_DEFAULT}\n{}", &DOC[start..start + len]);
     let cfg = Config::parse(&text, "docs/control-protocol.md").expect("valid configuration");
-    let n = cfg.ports.len();
-    let ids: Vec<u16> = (0..n as u16).collect();
-    Fib::from_config(&cfg, &vec![[0u8; 6]; n], &ids).expect("valid forwarding state")
+    NodeState::for_tests(&cfg).expect("valid forwarding state")
 }
 
-/// A refused change: the field and the message, as the daemon words them.
-type Refusal = (String, String);
-
-fn refused(field: &str, message: impl Into<String>) -> Refusal {
-    (field.to_string(), message.into())
-}
-
-fn network_param(fib: &Fib, network: &Option<String>) -> Result<u16, Refusal> {
-    match network {
-        None => Ok(0),
-        Some(n) => fib
-            .network_index(n)
-            .ok_or_else(|| refused("network", format!("no network named {n:?}"))),
-    }
-}
-
-/// `route.add`, as `control/src/daemon/routes.rs` validates and applies it.
-fn route_add(fib: &mut Fib, p: &RouteAdd) -> Result<(), Refusal> {
-    let net = network_param(fib, &p.network)?;
-    let prefix: IpCidr = p.prefix.parse().map_err(|e: String| refused("prefix", e))?;
-    let entry = match (&p.port, p.blackhole) {
-        (Some(port), false) => {
-            let port = fib
-                .port_index(port)
-                .ok_or_else(|| refused("port", format!("no port named {port:?}")))?;
-            let via = match &p.via {
-                None => None,
-                Some(v) => Some(
-                    v.parse::<IpAddr>()
-                        .map_err(|_| refused("via", format!("{v:?} is not an IP address")))?,
-                ),
-            };
-            NextHopEntry::Port { port, via }
-        }
-        (None, true) if p.via.is_some() => {
-            return Err(refused("via", "a blackhole route has no next hop"))
-        }
-        (None, true) => NextHopEntry::Blackhole,
-        (Some(_), true) => {
-            return Err(refused(
-                "blackhole",
-                "give either port or blackhole, not both",
-            ))
-        }
-        (None, false) => return Err(refused("port", "needs port or blackhole")),
-    };
-    fib.add_route(net, prefix, entry)
-        .map_err(|e| refused(e.field, e.message))
-}
-
-/// `route.del`, as the daemon validates and applies it.
-fn route_del(fib: &mut Fib, p: &RouteDel) -> Result<(), Refusal> {
-    let net = network_param(fib, &p.network)?;
-    let prefix: IpCidr = p.prefix.parse().map_err(|e: String| refused("prefix", e))?;
-    fib.del_route(net, prefix)
-        .map_err(|e| refused(e.field, e.message))
-}
-
-/// `route.dump`, as the daemon lists the routes.
-fn route_dump(fib: &Fib, p: &NetworkFilter) -> RouteDump {
-    let nets: Vec<u16> = match &p.network {
-        Some(_) => vec![network_param(fib, &p.network).expect("a known network")],
-        None => (0..fib.network_count() as u16).collect(),
-    };
-    let mut routes = Vec::new();
-    for net in nets {
-        for (prefix, r) in fib.routes(net) {
-            let (kind, port, via) = match r.entry {
-                NextHopEntry::Port { port, via } => (
-                    "port",
-                    fib.ports().get(usize::from(port)).map(|p| p.name.clone()),
-                    via.map(|v| v.to_string()),
-                ),
-                NextHopEntry::Blackhole => ("blackhole", None, None),
-                NextHopEntry::Local => ("local", None, None),
-            };
-            routes.push(api::RouteEntry {
-                network: fib.network_name(net).to_string(),
-                prefix: prefix.to_string(),
-                kind: kind.to_string(),
-                port,
-                via,
-                source: r.source.name().to_string(),
-            });
-        }
-    }
-    RouteDump { routes }
-}
-
-/// Compares what the doc says a change did with what the code does.
-fn check_outcome(request: &Value, response: &Value, outcome: Result<(), Refusal>) {
-    match outcome {
-        Ok(()) => assert_eq!(response["result"], json!({}), "{request} was refused"),
-        Err((field, message)) => {
+/// Compares the doc's response with what the daemon's handler answered: the same
+/// result, or the same error (code, message and the field it names).
+fn check_answer(request: &Value, response: &Value, answer: Result<Value, rpc::RpcError>) {
+    match answer {
+        Ok(got) => assert_eq!(response["result"], got, "{request}"),
+        Err(e) => {
             let error = &response["error"];
-            assert!(
-                !error.is_null(),
-                "{request} is refused: `{field}`: {message}"
-            );
-            assert_eq!(error["data"]["field"], field.as_str(), "{request}");
-            assert_eq!(
-                error["message"],
-                format!("invalid params: `{field}`: {message}").as_str(),
-                "{request}"
-            );
+            assert!(!error.is_null(), "{request} is refused: {e}");
+            let got = serde_json::to_value(&e).expect("json");
+            assert_eq!(error["code"], got["code"], "{request}");
+            assert_eq!(error["message"], got["message"], "{request}");
+            assert_eq!(error["data"]["field"], got["data"]["field"], "{request}");
         }
     }
 }
@@ -502,26 +407,24 @@ fn decode_hex(hex: &str) -> Vec<u8> {
 
 #[test]
 fn examples_match_the_forwarding_state_and_the_pipeline() {
-    let mut fib = example_fib();
-    let mut snap: Option<Snapshot> = None;
+    let mut state = example_state();
     let (mut dumps, mut traces) = (0, 0);
     for (request, response) in exchanges(section("### `route.add`", "## Drop reasons")) {
         let name = request["method"].as_str().expect("method");
         let params = request.get("params").cloned().unwrap_or(Value::Null);
         let result = &response["result"];
         match name {
-            route_method::ADD => {
-                let p: RouteAdd = parse_params(&params).expect("decodes");
-                check_outcome(&request, &response, route_add(&mut fib, &p));
-            }
-            route_method::DEL => {
-                let p: RouteDel = parse_params(&params).expect("decodes");
-                check_outcome(&request, &response, route_del(&mut fib, &p));
+            route_method::ADD | route_method::DEL => {
+                let answer = state.call(name, &params).expect("a state method");
+                check_answer(&request, &response, answer);
             }
             route_method::DUMP if !result.is_null() => {
-                let p: NetworkFilter = parse_params(&params).expect("decodes");
-                let dump = serde_json::to_value(route_dump(&fib, &p)).expect("serializes");
-                assert_eq!(result, &dump, "the route.dump example is not the code's");
+                let answer = state.call(name, &params).expect("a state method");
+                assert_eq!(
+                    result,
+                    &answer.expect("route.dump answers"),
+                    "the route.dump example is not the code's"
+                );
                 dumps += 1;
             }
             neigh_method::DUMP if !result.is_null() => {
@@ -536,6 +439,7 @@ fn examples_match_the_forwarding_state_and_the_pipeline() {
                         continue;
                     }
                     assert!(!incomplete, "incomplete entries come last");
+                    let fib = state.fib_mut();
                     let net = fib.network_index(&n.network).expect("a known network");
                     let ip: IpAddr = n.ip.parse().expect("an IP address");
                     keys.push((net, ip));
@@ -544,25 +448,26 @@ fn examples_match_the_forwarding_state_and_the_pipeline() {
                     fib.set_neighbor(net, ip, mac, port, n.state == "static");
                 }
                 assert!(keys.windows(2).all(|k| k[0] < k[1]), "order of {keys:?}");
-                snap = None;
+                state.publish();
             }
             trace_method::RUN if !result.is_null() => {
-                let snap = snap.get_or_insert_with(|| fib.snapshot());
-                let p: TraceRun = parse_params(&params).expect("decodes");
-                let traced = ferrule_daemon::trace::run(snap, &p).expect("the example traces");
-                let traced = serde_json::to_value(traced).expect("serializes");
-                assert_eq!(result, &traced, "trace.run {params}");
+                let answer = state.call(name, &params).expect("a state method");
+                assert_eq!(
+                    result,
+                    &answer.expect("the example traces"),
+                    "trace.run {params}"
+                );
                 traces += 1;
             }
             trace_method::DUMP => {
-                let snap = snap.get_or_insert_with(|| fib.snapshot());
+                let snap = state.snapshot();
                 let dump: TraceDump = serde_json::from_value(result.clone()).expect("decodes");
                 for p in &dump.packets {
                     let frame = decode_hex(&p.data_hex);
                     assert_eq!(frame.len() as u32, p.len.min(2048), "{}", p.data_hex);
-                    let in_port = fib.port_index(&p.port).expect("a known port");
+                    let in_port = state.fib().port_index(&p.port).expect("a known port");
                     let mut frame = frame;
-                    let traced = ferrule_daemon::trace::trace_frame(snap, in_port, &mut frame);
+                    let traced = ferrule_daemon::trace::trace_frame(&snap, in_port, &mut frame);
                     // Replayed on the generation the worker used: no `note` stage.
                     assert_eq!(p.stages, traced.stages, "trace.dump packet {}", p.data_hex);
                     assert_eq!(
@@ -575,9 +480,6 @@ fn examples_match_the_forwarding_state_and_the_pipeline() {
             }
             _ => {}
         }
-        if name.starts_with("route.") {
-            snap = None;
-        }
     }
     assert!(dumps > 0, "no route.dump example was checked");
     assert!(traces > 0, "no trace example was checked");
@@ -588,31 +490,22 @@ fn examples_match_the_forwarding_state_and_the_pipeline() {
 /// Generations, compile times and classifier sizes vary and are not compared.
 #[test]
 fn acl_examples_are_what_the_daemon_does() {
-    let fib = example_fib();
-    let ports = fib
-        .ports()
-        .iter()
-        .map(|p| (p.name.clone(), p.role))
-        .collect();
-    let mut acl = AclManager::new(ports);
-    let worker = ferrule_dataplane::counters::RuleCounters::default();
-    let counters = [&worker];
+    let mut state = example_state();
     let exchanges = exchanges(section("### `acl.apply`", "### `vpc.sync`"));
     assert!(exchanges.len() >= 7, "{} ACL examples", exchanges.len());
     for (request, response) in exchanges {
         let params = request.get("params").cloned().unwrap_or(Value::Null);
-        let outcome: Result<Value, rpc::RpcError> = match request["method"].as_str() {
-            Some(acl_method::APPLY) => parse_apply(&params, acl.ports())
-                .and_then(|d| acl.apply(&d, &counters))
-                .map(|a| serde_json::to_value(a.result).expect("json")),
-            Some(acl_method::DUMP) => parse_params(&params)
-                .and_then(|p| acl.dump(&p, 0, &counters))
-                .map(|d| serde_json::to_value(d).expect("json")),
-            Some(acl_method::CLEAR_COUNTERS) => parse_params(&params)
-                .and_then(|p| acl.clear(&p, &counters))
-                .map(|c| serde_json::to_value(c).expect("json")),
-            other => panic!("unexpected method {other:?}"),
-        };
+        let method = request["method"].as_str().unwrap_or_default();
+        assert!(
+            [
+                acl_method::APPLY,
+                acl_method::DUMP,
+                acl_method::CLEAR_COUNTERS
+            ]
+            .contains(&method),
+            "unexpected method {method:?}"
+        );
+        let outcome = state.call(method, &params).expect("a state method");
         match (outcome, response.get("result")) {
             (Ok(mut got), Some(want)) => {
                 let mut want = want.clone();
@@ -639,31 +532,22 @@ fn acl_examples_are_what_the_daemon_does() {
     }
 }
 
-/// The VPC examples are what the daemon's VPC code answers on the example ports.
+/// The VPC examples are what the daemon's VPC handlers answer on the example ports.
 #[test]
 fn vpc_examples_are_what_the_daemon_does() {
-    let fib = example_fib();
-    let mut state = ferrule_daemon::vpc::state(fib.snat());
+    let mut state = example_state();
     for (request, response) in exchanges(section("### `vpc.sync`", "### `ct.dump`")) {
         let params = request.get("params").cloned().unwrap_or(Value::Null);
-        let outcome = match request["method"].as_str() {
-            Some(vpc_method::SYNC) => parse_params::<api::VpcSync>(&params).and_then(|spec| {
-                ferrule_daemon::vpc::policy(&spec, &fib.uplink_v4())
-                    .map(|p| {
-                        state = ferrule_daemon::vpc::state(&p);
-                        state.clone()
-                    })
-                    .map_err(|e| rpc::RpcError::invalid_params(&e.field, e.message))
-            }),
-            Some(vpc_method::SHOW) => Ok(state.clone()),
-            other => panic!("unexpected method {other:?}"),
-        };
+        let method = request["method"].as_str().unwrap_or_default();
+        assert!(
+            [vpc_method::SYNC, vpc_method::SHOW].contains(&method),
+            "unexpected method {method:?}"
+        );
+        let outcome = state.call(method, &params).expect("a state method");
         match (outcome, response.get("result")) {
-            (Ok(got), Some(want)) => {
-                assert_eq!(serde_json::to_value(got).unwrap(), *want, "{request}")
-            }
+            (Ok(got), Some(want)) => assert_eq!(got, *want, "{request}"),
             (Err(e), None) => assert_eq!(
-                serde_json::to_value(&e).unwrap(),
+                serde_json::to_value(&e).expect("json"),
                 response["error"],
                 "{request}"
             ),

@@ -1,7 +1,8 @@
 //! `acl.*`: apply a whole ACL state (validated and compiled on the control thread, then
 //! published as one generation), dump tables with their hit counters, clear counters.
 
-use super::{to_value, Daemon, WorkerRuntime};
+use super::state::WorkerRuntime;
+use super::{to_value, NodeState};
 use ferrule_api::rpc::{parse_params, RpcError};
 use ferrule_api::{AclClearParams, AclDumpParams};
 use ferrule_dataplane::counters::RuleCounters;
@@ -12,7 +13,7 @@ fn rule_counters(workers: &[WorkerRuntime]) -> Vec<&RuleCounters> {
     workers.iter().map(|w| &w.counters.acl).collect()
 }
 
-impl Daemon {
+impl NodeState {
     pub(super) fn acl_apply(&mut self, params: &Value) -> Result<Value, RpcError> {
         let desired = crate::acl::parse_apply(params, self.acl.ports())?;
         let applied = self.acl.apply(&desired, &rule_counters(&self.workers))?;

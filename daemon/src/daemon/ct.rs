@@ -1,7 +1,7 @@
 //! `ct.*` and `nat.dump`: questions about the workers' connection tables, asked through
 //! their request queues and answered between bursts, merged here.
 
-use super::{no_params, to_value, Daemon};
+use super::{no_params, to_value, NodeState};
 use ferrule_api::rpc::{parse_params, RpcError};
 use ferrule_api::{self as api, CtFilterParams, CtTuple};
 use ferrule_dataplane::conntrack::STATE_NAMES;
@@ -81,7 +81,7 @@ fn tuple(key: &FlowKey, packets: u64, bytes: u64) -> CtTuple {
     }
 }
 
-impl Daemon {
+impl NodeState {
     fn ct_filter(&self, p: &CtFilterParams) -> Result<CtFilter, RpcError> {
         let addr = |field: &str, v: &Option<String>| -> Result<Option<IpAddr>, RpcError> {
             v.as_deref()

@@ -9,16 +9,17 @@ mod ct;
 mod ports;
 mod punt;
 mod routes;
+mod state;
 mod trace;
 mod vpc;
 
-use crate::acl::AclManager;
+pub use state::NodeState;
+
 use crate::config::{format_mac, Config, PortConfig};
 use crate::fib::Fib;
-use crate::resolver::Resolver;
 use ferrule_api::rpc::{RpcError, Service};
 use ferrule_api::{self as api, PortsList, Stats, VersionInfo};
-use ferrule_dataplane::counters::{PortTotals, WorkerCounters};
+use ferrule_dataplane::counters::PortTotals;
 use ferrule_dataplane::dpdk::{
     self, ethdev, lcore, DpdkError, Eal, EalConfig, EthPort, Mempool, PortConf,
 };
@@ -26,7 +27,6 @@ use ferrule_dataplane::punt::PuntQueues;
 use ferrule_dataplane::snapshot::Snapshot;
 use ferrule_dataplane::worker::{self, RxJob, Shared, TxTarget, WorkerPlan};
 use serde_json::Value;
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -83,36 +83,14 @@ struct PortRuntime {
     vhost: Option<(std::path::PathBuf, ports::VhostMode)>,
 }
 
-struct WorkerRuntime {
-    plan: WorkerPlan,
-    counters: Arc<WorkerCounters>,
-}
-
 /// A running daemon. Dropping it stops the workers, then the ports, then frees the
 /// memory and cleans up the EAL (field order matters: ports, pool, eal).
 pub struct Daemon {
-    shared: Arc<Shared>,
-    workers: Vec<WorkerRuntime>,
+    /// The forwarding state and the handlers that need no EAL.
+    state: NodeState,
     launched: bool,
-    fib: Fib,
-    acl: AclManager,
-    resolver: Resolver,
-    /// Generations replaced but possibly still read by a worker; freed here once only
-    /// this list holds them.
-    retired: Vec<Arc<Snapshot>>,
-    /// Drops and punts handled by the control thread itself.
-    control_counters: WorkerCounters,
-    traces: VecDeque<api::TracedPacket>,
     link_poll: Duration,
-    /// Learned neighbours are forgotten this long after their last answer...
-    neighbor_max_age: Duration,
-    /// ...and asked again (once a second) from this age on, so traffic to a live
-    /// neighbour is never held for re-resolution.
-    neighbor_refresh: Duration,
     last_link_poll: Instant,
-    last_aging: Instant,
-    /// When each learned neighbour was last asked again (at most once a second).
-    refreshed: std::collections::HashMap<(u16, std::net::IpAddr), Instant>,
     /// By port index; `None` for a slot whose port was removed.
     ports: Vec<Option<PortRuntime>>,
     /// `[dataplane]`, for ports added at run time.
@@ -340,37 +318,20 @@ impl Daemon {
             shared.set_dpdk_id(i, p.eth.id());
             shared.set_tx_queues(i, p.eth.tx_queues(), worker_lcores.len().max(1));
         }
-        let workers: Vec<WorkerRuntime> = plan_workers(cfg, &worker_lcores, &port_ids)
-            .into_iter()
-            .map(|plan| WorkerRuntime {
-                plan,
-                counters: Arc::new(WorkerCounters::default()),
-            })
-            .collect();
+        let plans = plan_workers(cfg, &worker_lcores, &port_ids);
         // The control thread owns the job table from now on (ports come and go).
-        shared.set_jobs(workers.iter().map(|w| w.plan.jobs.clone()).collect());
-        let mut daemon = Daemon {
-            shared,
-            workers,
-            launched: false,
-            acl: AclManager::new(
-                fib.ports()
-                    .iter()
-                    .map(|p| (p.name.clone(), p.role))
-                    .collect(),
-            ),
+        shared.set_jobs(plans.iter().map(|p| p.jobs.clone()).collect());
+        let state = NodeState::new(
             fib,
-            resolver: Resolver::default(),
-            retired: Vec::new(),
-            control_counters: WorkerCounters::default(),
-            traces: VecDeque::new(),
+            shared,
+            plans,
+            Duration::from_secs(u64::from(cfg.dataplane.neighbor_max_age_s)),
+        );
+        let mut daemon = Daemon {
+            state,
+            launched: false,
             link_poll: Duration::from_millis(cfg.dataplane.link_poll_ms),
-            neighbor_max_age: Duration::from_secs(u64::from(cfg.dataplane.neighbor_max_age_s)),
-            neighbor_refresh: Duration::from_secs(u64::from(cfg.dataplane.neighbor_max_age_s)) * 4
-                / 5,
             last_link_poll: Instant::now(),
-            last_aging: Instant::now(),
-            refreshed: std::collections::HashMap::new(),
             ports: ports.into_iter().map(Some).collect(),
             dataplane: cfg.dataplane.clone(),
             pool,
@@ -383,10 +344,10 @@ impl Daemon {
 
     fn launch(&mut self) -> Result<(), StartError> {
         self.launched = true;
-        for w in &self.workers {
+        for w in &self.state.workers {
             let (plan, shared, counters) = (
                 w.plan.clone(),
-                Arc::clone(&self.shared),
+                Arc::clone(&self.state.shared),
                 Arc::clone(&w.counters),
             );
             let pool = Arc::clone(&self.pool);
@@ -400,14 +361,14 @@ impl Daemon {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0);
-        self.shared.set_started_ns(now_ns);
+        self.state.shared.set_started_ns(now_ns);
         Ok(())
     }
 
     /// Stops the workers and waits for them (idempotent; also done on drop).
     pub fn stop_workers(&mut self) {
         if self.launched {
-            self.shared.stop();
+            self.state.shared.stop();
             lcore::wait_all();
             self.launched = false;
             tracing::info!("workers stopped");
@@ -424,20 +385,11 @@ impl Daemon {
         self.eal.args()
     }
 
-    fn port_totals(&self, index: usize) -> PortTotals {
-        let mut t = PortTotals::default();
-        for w in &self.workers {
-            t.accumulate(&w.counters.ports[index]);
-        }
-        t.accumulate(&self.control_counters.ports[index]);
-        t
-    }
-
     fn port_counters(&self, index: usize) -> api::PortCounters {
         let Some(p) = self.ports.get(index).and_then(Option::as_ref) else {
             return api::PortCounters::default();
         };
-        let t = self.port_totals(index).since(&p.baseline);
+        let t = self.state.port_totals(index).since(&p.baseline);
         let hw = p.eth.stats();
         api::PortCounters {
             rx_packets: t.rx_packets,
@@ -481,16 +433,17 @@ impl Daemon {
             .iter()
             .map(|p| p.as_ref().map_or("", |p| p.cfg.name.as_str()))
             .collect();
-        let jobs = self.shared.jobs();
+        let jobs = self.state.shared.jobs();
         let mut totals = api::Totals::default();
         let mut reasons: Vec<(String, u64)> = Vec::new();
         let control = (
-            self.workers.len() as u32,
+            self.state.workers.len() as u32,
             lcore::main_lcore(),
             vec!["control".to_string()],
-            &self.control_counters,
+            &self.state.control_counters,
         );
         let workers = self
+            .state
             .workers
             .iter()
             .map(|w| {
@@ -567,7 +520,7 @@ impl Daemon {
             let up = p.eth.link().up;
             if up != p.link_up {
                 p.link_up = up;
-                self.shared.set_link(i, up);
+                self.state.shared.set_link(i, up);
                 tracing::info!(port = %p.cfg.name, "link {}", if up { "up" } else { "down" });
             }
         }
@@ -613,67 +566,39 @@ impl Service for Daemon {
                 no_params(params)?;
                 to_value(self.stats())
             }
-            api::route_method::ADD => self.route_add(params),
-            api::route_method::DEL => self.route_del(params),
-            api::route_method::DUMP => self.route_dump(params),
-            api::neigh_method::ADD => self.neigh_add(params),
-            api::neigh_method::DEL => self.neigh_del(params),
-            api::neigh_method::DUMP => self.neigh_dump(params),
-            api::trace_method::RUN => self.trace_run(params),
-            api::trace_method::START => self.trace_start(params),
-            api::trace_method::DUMP => self.trace_dump(params),
-            api::acl_method::APPLY => self.acl_apply(params),
-            api::acl_method::DUMP => self.acl_dump(params),
-            api::acl_method::CLEAR_COUNTERS => self.acl_clear(params),
-            api::vpc_method::SYNC => self.vpc_sync(params),
-            api::vpc_method::SHOW => self.vpc_show(params),
             api::port_method::ADD => self.port_add(params),
             api::port_method::DEL => self.port_del(params),
-            api::ct_method::DUMP => self.ct_dump(params),
-            api::ct_method::FLUSH => self.ct_flush(params),
-            api::ct_method::STATS => self.ct_stats(params),
-            api::nat_method::DUMP => self.nat_dump(params),
-            other => Err(RpcError::method_not_found(other)),
+            other => self
+                .state
+                .call(other, params)
+                .unwrap_or_else(|| Err(RpcError::method_not_found(other))),
         }
     }
 
     fn tick(&mut self) {
-        self.drain_punts();
-        self.resolve_due();
+        self.state.drain_punts(&self.pool);
+        self.state.resolve_due(&self.pool);
         let now = Instant::now();
         if now.duration_since(self.last_link_poll) >= self.link_poll {
             self.last_link_poll = now;
             self.poll_links();
         }
-        if now.duration_since(self.last_aging) >= Duration::from_millis(100) {
-            self.last_aging = now;
-            self.refresh_neighbors(self.neighbor_refresh);
-            if self.fib.age_neighbors(self.neighbor_max_age) > 0 {
-                self.publish();
+        let state = &mut self.state;
+        if now.duration_since(state.last_aging) >= Duration::from_millis(100) {
+            state.last_aging = now;
+            state.refresh_neighbors(state.neighbor_refresh, &self.pool);
+            if state.fib.age_neighbors(state.neighbor_max_age) > 0 {
+                state.publish();
             }
         }
-        self.free_retired();
+        state.free_retired();
     }
 }
 
 impl Daemon {
-    /// Compiles the forwarding state into a new generation and publishes it. The
-    /// replaced generation is kept until no worker can still be reading it.
-    pub fn publish(&mut self) {
-        let old = self.shared.snapshot.swap(Arc::new(self.fib.snapshot()));
-        self.retired.push(old);
-        self.free_retired();
-    }
-
-    /// Frees replaced generations no worker holds any more.
-    fn free_retired(&mut self) {
-        self.retired.retain(|s| Arc::strong_count(s) > 1);
-        self.acl.reclaim();
-    }
-
     /// The current generation.
     pub fn snapshot(&self) -> Arc<Snapshot> {
-        self.shared.snapshot.load_full()
+        self.state.snapshot()
     }
 }
 

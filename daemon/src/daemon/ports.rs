@@ -113,7 +113,7 @@ impl Daemon {
     /// What `ports.list` shows of a port.
     pub(super) fn port_info(&self, index: usize, p: &PortRuntime) -> PortInfo {
         let link = p.eth.link();
-        let state = self.fib.ports().get(index);
+        let state = self.state.fib.ports().get(index);
         let pod = p.cfg.role == PortRole::Pod;
         PortInfo {
             name: p.cfg.name.clone(),
@@ -166,7 +166,7 @@ impl Daemon {
             return Err(bad("name", format!("a port named {name:?} exists")));
         }
         let network = p.network.clone().unwrap_or_else(|| "default".into());
-        if self.fib.network_index(&network).is_none() {
+        if self.state.fib.network_index(&network).is_none() {
             return Err(bad("network", format!("no network named {network:?}")));
         }
         let role = p.role.unwrap_or(PortRole::Pod);
@@ -304,18 +304,19 @@ impl Daemon {
     /// Tells the ACL code which port names exist now (attachments name them).
     fn sync_acl_ports(&mut self) {
         let ports = self
+            .state
             .fib
             .ports()
             .iter()
             .map(|p| (p.name.clone(), p.role))
             .collect();
-        self.acl.set_ports(ports);
+        self.state.acl.set_ports(ports);
     }
 
     /// Gives each receive queue of port `index` to the worker with the fewest queues.
     fn assign_queues(&self, index: usize, port_id: u16, queues: u16) {
-        let mut jobs = self.shared.jobs();
-        jobs.resize(self.workers.len().max(1), Vec::new());
+        let mut jobs = self.state.shared.jobs();
+        jobs.resize(self.state.workers.len().max(1), Vec::new());
         for queue in 0..queues {
             let w = (0..jobs.len())
                 .min_by_key(|&w| (jobs[w].len(), w))
@@ -327,7 +328,7 @@ impl Daemon {
                 out: None,
             });
         }
-        self.shared.set_jobs(jobs);
+        self.state.shared.set_jobs(jobs);
     }
 
     pub(super) fn port_add(&mut self, params: &Value) -> Result<Value, RpcError> {
@@ -343,10 +344,10 @@ impl Daemon {
                 ))
             }
         };
-        let network = self.fib.network_index(&cfg.network).unwrap_or(0);
+        let network = self.state.fib.network_index(&cfg.network).unwrap_or(0);
         let eth = start_port(
             &cfg,
-            self.workers.len().max(1) as u16,
+            self.state.workers.len().max(1) as u16,
             &self.dataplane,
             &self.pool,
         )
@@ -362,6 +363,7 @@ impl Daemon {
         })?;
         let mac = cfg.mac.unwrap_or_else(|| eth.mac());
         if let Err(e) = self
+            .state
             .fib
             .add_port(index as u16, &cfg, network, mac, eth.id())
         {
@@ -370,14 +372,15 @@ impl Daemon {
             return Err(bad(e.field, e.message));
         }
         let link = eth.link();
-        self.shared.set_dpdk_id(index, eth.id());
-        self.shared
-            .set_tx_queues(index, eth.tx_queues(), self.workers.len().max(1));
-        self.shared.set_link(index, link.up);
+        self.state.shared.set_dpdk_id(index, eth.id());
+        self.state
+            .shared
+            .set_tx_queues(index, eth.tx_queues(), self.state.workers.len().max(1));
+        self.state.shared.set_link(index, link.up);
         let runtime = PortRuntime {
             cfg: cfg.clone(),
             link_up: link.up,
-            baseline: self.port_totals(index),
+            baseline: self.state.port_totals(index),
             vhost,
             eth,
         };
@@ -389,7 +392,7 @@ impl Daemon {
         }
         self.sync_acl_ports();
         self.assign_queues(index, port_id, cfg.rx_queues);
-        self.publish();
+        self.state.publish();
         tracing::info!(port = %cfg.name, index, devargs = %cfg.devargs, pod = ?cfg.pod, "port added");
         let Some(p) = self.ports[index].as_ref() else {
             return Err(RpcError::internal("the port vanished"));
@@ -402,7 +405,8 @@ impl Daemon {
         let index = self
             .port_index(&p.name)
             .ok_or_else(|| bad("name", format!("no port named {:?}", p.name)))?;
-        if self.acl.current().ingress[index].is_some() || self.acl.current().egress[index].is_some()
+        if self.state.acl.current().ingress[index].is_some()
+            || self.state.acl.current().egress[index].is_some()
         {
             return Err(bad(
                 "name",
@@ -413,6 +417,7 @@ impl Daemon {
             ));
         }
         if self
+            .state
             .fib
             .ports()
             .iter()
@@ -424,22 +429,22 @@ impl Daemon {
             ));
         }
         // 1. Out of the workers' hands: no queue polled, nothing sent to it, no route.
-        let mut jobs = self.shared.jobs();
+        let mut jobs = self.state.shared.jobs();
         for w in &mut jobs {
             w.retain(|j| j.index != index);
         }
-        self.shared.set_jobs(jobs);
-        self.shared.set_link(index, false);
-        self.fib.remove_port(index as u16);
-        self.publish();
+        self.state.shared.set_jobs(jobs);
+        self.state.shared.set_link(index, false);
+        self.state.fib.remove_port(index as u16);
+        self.state.publish();
         // 2. Packets the control thread holds for it are dropped.
-        let held = self.resolver.forget_port(index as u16);
+        let held = self.state.resolver.forget_port(index as u16);
         drop(held);
         // 3. Once no worker can be in a round that still uses it, unplug it.
-        if !self.shared.wait_quiescent(QUIESCE) {
+        if !self.state.shared.wait_quiescent(QUIESCE) {
             tracing::warn!(port = %p.name, "workers did not move on within 2 s; unplugging anyway");
         }
-        self.free_retired();
+        self.state.free_retired();
         let Some(runtime) = self.ports[index].take() else {
             return Err(RpcError::internal("the port vanished"));
         };

@@ -3,10 +3,11 @@
 //! unresolved while it sends ARP requests / neighbour solicitations on its own transmit
 //! queue, and sends them once the neighbour answers.
 
-use super::{Daemon, PUNT_QUEUE};
+use super::{NodeState, PUNT_QUEUE};
 use crate::resolver::{Held, Pending};
 use ferrule_dataplane::counters::DropReason;
 use ferrule_dataplane::dpdk::Mbuf;
+use ferrule_dataplane::dpdk::Mempool;
 use ferrule_dataplane::pipeline::{self, local, Punt};
 use ferrule_dataplane::punt::InjectItem;
 use ferrule_dataplane::wire::EthernetAddress;
@@ -36,9 +37,9 @@ fn link_local(mac: EthernetAddress) -> Ipv6Addr {
     ])
 }
 
-impl Daemon {
+impl NodeState {
     /// Handles everything the workers punted since the last tick.
-    pub(super) fn drain_punts(&mut self) {
+    pub(super) fn drain_punts(&mut self, pool: &Mempool) {
         let mut learned = Vec::new();
         let mut changed = false;
         for _ in 0..PUNT_QUEUE {
@@ -83,7 +84,7 @@ impl Daemon {
                         continue;
                     }
                     match self.resolver.hold(key, port, item.mbuf) {
-                        Held::Yes(true) => self.send_request(key, port),
+                        Held::Yes(true) => self.send_request(key, port, pool),
                         Held::Yes(false) => {}
                         Held::No(m) => {
                             drop(m);
@@ -106,7 +107,7 @@ impl Daemon {
 
     /// Asks again, at most once a second each, every learned neighbour older than
     /// `age`; an answer refreshes it (it is known, so the answer is learned).
-    pub(super) fn refresh_neighbors(&mut self, age: std::time::Duration) {
+    pub(super) fn refresh_neighbors(&mut self, age: std::time::Duration, pool: &Mempool) {
         let now = Instant::now();
         let refreshed = &self.refreshed;
         let due: Vec<((u16, IpAddr), u16)> = self
@@ -122,17 +123,17 @@ impl Daemon {
             .collect();
         for (key, port) in due {
             self.refreshed.insert(key, now);
-            self.send_request(key, port);
+            self.send_request(key, port, pool);
         }
         let fib = &self.fib;
         self.refreshed.retain(|k, _| fib.neighbor(*k).is_some());
     }
 
     /// Re-sends due requests and drops packets whose neighbour never answered.
-    pub(super) fn resolve_due(&mut self) {
+    pub(super) fn resolve_due(&mut self, pool: &Mempool) {
         let (resend, expired) = self.resolver.due(Instant::now());
         for (key, port) in resend {
-            self.send_request(key, port);
+            self.send_request(key, port, pool);
         }
         for m in expired {
             let index = self.port_index_of_dpdk(m.port()).unwrap_or(0);
@@ -146,12 +147,12 @@ impl Daemon {
     }
 
     /// Sends an ARP request or neighbour solicitation for `key` out of `port`.
-    fn send_request(&mut self, key: (u16, IpAddr), port: u16) {
+    fn send_request(&mut self, key: (u16, IpAddr), port: u16, pool: &Mempool) {
         self.resolver.sent(key);
         let Some(p) = self.fib.ports().get(usize::from(port)).cloned() else {
             return;
         };
-        let Some(mut m) = Mbuf::alloc(&self.pool) else {
+        let Some(mut m) = Mbuf::alloc(pool) else {
             return;
         };
         let Some(buf) = m.append(128) else { return };

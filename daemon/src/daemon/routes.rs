@@ -1,7 +1,7 @@
 //! `route.*` and `neigh.*`: validate the request, change the master forwarding state,
 //! publish a new generation. A refused change leaves the running generation as it was.
 
-use super::{to_value, Daemon};
+use super::{to_value, NodeState};
 use crate::config::{format_mac, parse_mac, IpCidr};
 use crate::fib::FibError;
 use ferrule_api::rpc::{parse_params, RpcError};
@@ -15,7 +15,7 @@ fn fib_err(e: FibError) -> RpcError {
     RpcError::invalid_params(e.field, e.message)
 }
 
-impl Daemon {
+impl NodeState {
     fn network_param(&self, network: &Option<String>) -> Result<u16, RpcError> {
         match network {
             None => Ok(0),

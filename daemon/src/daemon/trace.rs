@@ -1,14 +1,14 @@
 //! `trace.*`: synthetic traces (through [`crate::trace`]) on the current generation, and
 //! live captures of real packets, armed here and rendered from the copy the worker took.
 
-use super::{to_value, Daemon, TRACE_KEEP};
+use super::{to_value, NodeState, TRACE_KEEP};
 use crate::trace::{icmp_would_be_sent, render};
 use ferrule_api::rpc::{parse_params, RpcError};
 use ferrule_api::{self as api, TraceRun, TraceStage, TraceStart};
 use ferrule_dataplane::pipeline::{self, Recorder};
 use serde_json::Value;
 
-impl Daemon {
+impl NodeState {
     pub(super) fn trace_run(&mut self, params: &Value) -> Result<Value, RpcError> {
         let p: TraceRun = parse_params(params)?;
         to_value(crate::trace::run(&self.snapshot(), &p)?)

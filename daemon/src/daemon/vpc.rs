@@ -1,12 +1,12 @@
 //! `vpc.*`: replace the node's VPC state (the SNAT policy) and publish it; show it.
 
-use super::{no_params, to_value, Daemon};
+use super::{no_params, to_value, NodeState};
 use ferrule_api::rpc::{parse_params, RpcError};
 use ferrule_api::VpcSync;
 use serde_json::Value;
 use std::sync::Arc;
 
-impl Daemon {
+impl NodeState {
     pub(super) fn vpc_sync(&mut self, params: &Value) -> Result<Value, RpcError> {
         let spec: VpcSync = parse_params(params)?;
         let policy = crate::vpc::policy(&spec, &self.fib.uplink_v4())
