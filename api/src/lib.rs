@@ -40,33 +40,8 @@ pub struct VersionInfo {
     pub dpdk: String,
 }
 
-/// Port role, from the configuration.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash)]
-#[serde(rename_all = "lowercase")]
-pub enum PortRole {
-    /// Towards the node's network (the VPC): Ferrule owns the node IPs here.
-    Uplink,
-    /// A pod's interface.
-    Pod,
-    /// The node's own network stack.
-    Host,
-}
-
-impl PortRole {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PortRole::Uplink => "uplink",
-            PortRole::Pod => "pod",
-            PortRole::Host => "host",
-        }
-    }
-}
-
-impl std::fmt::Display for PortRole {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// Port role, from the configuration (one type with the pipeline's).
+pub use ferrule_dataplane::snapshot::PortRole;
 
 /// Per-port counters. `rx_*`/`tx_*`/`drops` are counted by Ferrule's workers (summed
 /// over workers); `hw_*` are the driver's own counters (`rte_eth_stats_get`).

@@ -23,6 +23,7 @@ use ferrule_api::{
     NetworkFilter, PortCounters, PortsList, RouteAdd, RouteDel, RouteDump, Stats, TraceDump,
     TraceResult, TraceRun, TraceStage, TraceStart, TraceVerdict, TracedPacket, VersionInfo,
 };
+use ferrule_dataplane::counters::DropReason;
 
 pub mod acl;
 pub mod ct;
@@ -1239,28 +1240,7 @@ pub fn decode_hex(text: &str) -> Result<Vec<u8>, String> {
 
 /// What a drop reason means, for the drop reasons this ferrulectl knows.
 pub fn drop_reason_description(reason: &str) -> Option<&'static str> {
-    Some(match reason {
-        "malformed" => "frame could not be parsed",
-        "dst-mac-mismatch" => "destination MAC is not the port's",
-        "vlan-tagged" => "frame has a VLAN tag",
-        "not-ip" => "neither IPv4, IPv6 nor ARP",
-        "arp-ignored" => "ARP/ND not for an own address",
-        "ttl-exceeded" => "TTL or hop limit ran out",
-        "no-route" => "no route to the destination",
-        "blackhole" => "blackhole route",
-        "no-neighbour" => "next hop's MAC unknown",
-        "mtu-exceeded" => "larger than the output port's MTU",
-        "local-unhandled" => "to an own address, not answered",
-        "punt-full" => "control-thread queue full",
-        "tx-full" => "transmit queue full",
-        "port-down" => "output port's link is down",
-        "acl-deny" => "denied by an ACL",
-        "ct-invalid" => "invalid in its connection's state",
-        "ct-table-full" => "connection table full",
-        "snat-ports-exhausted" => "no free SNAT port",
-        "handoff-full" => "queue to the owning worker full",
-        _ => return None,
-    })
+    DropReason::from_name(reason).map(DropReason::description)
 }
 
 /// Link speed: `25G`, `2.5G`, `100M`, or `-` when unknown.

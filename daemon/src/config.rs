@@ -6,6 +6,7 @@
 use ferrule_api::{PortRole, VpcSync, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_SOCKET};
 use ferrule_dataplane::conntrack::{CtConfig, Timeouts, MAX_ENTRIES};
 use ferrule_dataplane::nat::SnatPolicy;
+use ferrule_dataplane::wire::EthernetAddress;
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -21,7 +22,7 @@ pub const EMBEDDED_DEFAULT: &str = include_str!("../../configs/ferrule.toml");
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/ferrule/ferrule.toml";
 
 /// Largest burst a worker handles (the dataplane's `MAX_BURST`).
-pub const MAX_BURST_SIZE: u16 = 256;
+pub const MAX_BURST_SIZE: u16 = ferrule_dataplane::pipeline::MAX_BURST as u16;
 
 /// Most ports one daemon drives.
 pub const MAX_PORTS: usize = 32;
@@ -637,28 +638,15 @@ fn default_rx_queues() -> Spanned<u16> {
     Spanned::new(0..0, 1)
 }
 
-/// Parses a MAC address `aa:bb:cc:dd:ee:ff` (or with `-`).
+/// Parses a MAC address `aa:bb:cc:dd:ee:ff` (or with `-`), as the wire's
+/// [`EthernetAddress`] does.
 pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
-    let parts: Vec<&str> = s.split([':', '-']).collect();
-    if parts.len() != 6 {
-        return None;
-    }
-    let mut mac = [0u8; 6];
-    for (b, p) in mac.iter_mut().zip(parts) {
-        if p.len() != 2 {
-            return None;
-        }
-        *b = u8::from_str_radix(p, 16).ok()?;
-    }
-    Some(mac)
+    s.parse::<EthernetAddress>().ok().map(|m| m.0)
 }
 
 /// Formats a MAC address as `aa:bb:cc:dd:ee:ff`.
 pub fn format_mac(mac: &[u8; 6]) -> String {
-    mac.iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
+    EthernetAddress(*mac).to_string()
 }
 
 struct Ctx<'a> {

@@ -234,11 +234,7 @@ impl Fib {
         dpdk_id: u16,
         xconnect: Option<u16>,
     ) -> PortState {
-        let role = match p.role {
-            ferrule_api::PortRole::Uplink => PortRole::Uplink,
-            ferrule_api::PortRole::Pod => PortRole::Pod,
-            ferrule_api::PortRole::Host => PortRole::Host,
-        };
+        let role = p.role;
         let (mut local_v4, mut local_v6) = (Vec::new(), Vec::new());
         if let (PortRole::Pod, Some(net)) = (role, self.nets.get(usize::from(network))) {
             local_v4.push(net.gateway_v4);

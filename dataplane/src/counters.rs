@@ -8,102 +8,90 @@ use std::sync::OnceLock;
 /// Most ports one daemon drives (DPDK's `RTE_MAX_ETHPORTS` in Debian's build).
 pub const MAX_PORTS: usize = 32;
 
-/// Why a packet was dropped. Every drop in the dataplane has one; each is a counter per
-/// worker and is shown by `ferrulectl stats`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum DropReason {
+/// Declares the drop reasons once: each variant with its counter slot (declaration
+/// order), its name in counters, logs, traces and the control API, and the short
+/// description `ferrulectl stats` prints.
+macro_rules! drop_reasons {
+    ($($(#[doc = $doc:literal])* $variant:ident => $name:literal, $description:literal;)*) => {
+        /// Why a packet was dropped. Every drop in the dataplane has one; each is a counter
+        /// per worker and is shown by `ferrulectl stats`.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[repr(u8)]
+        pub enum DropReason {
+            $($(#[doc = $doc])* $variant,)*
+        }
+
+        impl DropReason {
+            /// Number of reasons (the length of the per-worker drop array).
+            pub const COUNT: usize = [$($name,)*].len();
+
+            /// All reasons, in counter order.
+            pub const ALL: [DropReason; Self::COUNT] = [$(DropReason::$variant,)*];
+
+            /// The name used in counters, logs, traces and the control API.
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $(DropReason::$variant => $name,)*
+                }
+            }
+
+            /// What the reason means, in a few words (`ferrulectl stats`).
+            pub const fn description(self) -> &'static str {
+                match self {
+                    $(DropReason::$variant => $description,)*
+                }
+            }
+        }
+    };
+}
+
+drop_reasons! {
     /// Headers that do not parse: truncated, bad lengths, bad IPv4 header checksum.
-    Malformed = 0,
+    Malformed => "malformed", "frame could not be parsed";
     /// A unicast frame for a MAC that is not the input port's.
-    DstMacMismatch,
+    DstMacMismatch => "dst-mac-mismatch", "destination MAC is not the port's";
     /// An 802.1Q/QinQ-tagged frame (ports are untagged).
-    VlanTagged,
+    VlanTagged => "vlan-tagged", "frame has a VLAN tag";
     /// Neither IPv4, IPv6 nor ARP.
-    NotIp,
+    NotIp => "not-ip", "neither IPv4, IPv6 nor ARP";
     /// ARP or neighbour solicitation not for one of Ferrule's addresses.
-    ArpIgnored,
+    ArpIgnored => "arp-ignored", "ARP/ND not for an own address";
     /// TTL or hop limit exhausted (an ICMP time exceeded went back).
-    TtlExceeded,
+    TtlExceeded => "ttl-exceeded", "TTL or hop limit ran out";
     /// No route to the destination in the input port's network (an ICMP destination
     /// unreachable went back when allowed).
-    NoRoute,
+    NoRoute => "no-route", "no route to the destination";
     /// The destination matched a blackhole route.
-    Blackhole,
+    Blackhole => "blackhole", "blackhole route";
     /// The next hop's MAC could not be resolved.
-    NoNeighbour,
+    NoNeighbour => "no-neighbour", "next hop's MAC unknown";
     /// Larger than the output port's MTU (an ICMP error went back when allowed).
-    MtuExceeded,
+    MtuExceeded => "mtu-exceeded", "larger than the output port's MTU";
     /// The output port's link is down.
-    PortDown,
+    PortDown => "port-down", "output port's link is down";
     /// The output port's transmit queue was full.
-    TxFull,
+    TxFull => "tx-full", "transmit queue full";
     /// For one of Ferrule's addresses, but not something it answers (only ARP, ND and
     /// echo are).
-    LocalUnhandled,
+    LocalUnhandled => "local-unhandled", "to an own address, not answered";
     /// The queue to the control thread was full.
-    PuntFull,
+    PuntFull => "punt-full", "control-thread queue full";
     /// Denied by an ACL rule, or matched no rule of an attached ACL table.
-    AclDeny,
+    AclDeny => "acl-deny", "denied by an ACL";
     /// Not valid in its connection's state (e.g. a TCP RST outside the window).
-    CtInvalid,
+    CtInvalid => "ct-invalid", "invalid in its connection's state";
     /// A new connection found the connection table (or its zone's share) full.
-    CtTableFull,
+    CtTableFull => "ct-table-full", "connection table full";
     /// No SNAT port was free for a new masqueraded connection.
-    SnatPortsExhausted,
+    SnatPortsExhausted => "snat-ports-exhausted", "no free SNAT port";
     /// The queue to the worker that owns the packet's connection was full.
-    HandoffFull,
+    HandoffFull => "handoff-full", "queue to the owning worker full";
 }
 
 impl DropReason {
-    /// Number of reasons (the length of the per-worker drop array).
-    pub const COUNT: usize = 19;
-    /// All reasons, in counter order.
-    pub const ALL: [DropReason; Self::COUNT] = [
-        DropReason::Malformed,
-        DropReason::DstMacMismatch,
-        DropReason::VlanTagged,
-        DropReason::NotIp,
-        DropReason::ArpIgnored,
-        DropReason::TtlExceeded,
-        DropReason::NoRoute,
-        DropReason::Blackhole,
-        DropReason::NoNeighbour,
-        DropReason::MtuExceeded,
-        DropReason::PortDown,
-        DropReason::TxFull,
-        DropReason::LocalUnhandled,
-        DropReason::PuntFull,
-        DropReason::AclDeny,
-        DropReason::CtInvalid,
-        DropReason::CtTableFull,
-        DropReason::SnatPortsExhausted,
-        DropReason::HandoffFull,
-    ];
-
-    /// The name used in counters, logs, traces and the control API.
-    pub const fn name(self) -> &'static str {
-        match self {
-            DropReason::Malformed => "malformed",
-            DropReason::DstMacMismatch => "dst-mac-mismatch",
-            DropReason::VlanTagged => "vlan-tagged",
-            DropReason::NotIp => "not-ip",
-            DropReason::ArpIgnored => "arp-ignored",
-            DropReason::TtlExceeded => "ttl-exceeded",
-            DropReason::NoRoute => "no-route",
-            DropReason::Blackhole => "blackhole",
-            DropReason::NoNeighbour => "no-neighbour",
-            DropReason::MtuExceeded => "mtu-exceeded",
-            DropReason::PortDown => "port-down",
-            DropReason::TxFull => "tx-full",
-            DropReason::LocalUnhandled => "local-unhandled",
-            DropReason::PuntFull => "punt-full",
-            DropReason::AclDeny => "acl-deny",
-            DropReason::CtInvalid => "ct-invalid",
-            DropReason::CtTableFull => "ct-table-full",
-            DropReason::SnatPortsExhausted => "snat-ports-exhausted",
-            DropReason::HandoffFull => "handoff-full",
-        }
+    /// The reason named `name` (as [`DropReason::name`] spells it).
+    pub fn from_name(name: &str) -> Option<DropReason> {
+        DropReason::ALL.into_iter().find(|r| r.name() == name)
     }
 }
 

@@ -11,11 +11,16 @@ use rustc_hash::FxHashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
-/// What a port is for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// What a port is for: the one port-role type of the configuration, the control API
+/// and the pipeline (lowercase names on the wire and in TOML).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum PortRole {
+    /// Towards the node's network (the VPC): Ferrule owns the node IPs here.
     Uplink,
+    /// A pod's interface.
     Pod,
+    /// The node's own network stack.
     Host,
 }
 
@@ -26,6 +31,17 @@ impl PortRole {
             PortRole::Pod => "pod",
             PortRole::Host => "host",
         }
+    }
+
+    /// The same as [`PortRole::name`].
+    pub const fn as_str(self) -> &'static str {
+        self.name()
+    }
+}
+
+impl std::fmt::Display for PortRole {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }
 

@@ -5,8 +5,8 @@ use super::mbuf::{raw_data, raw_data_mut};
 use super::Mbuf;
 use std::ptr::NonNull;
 
-/// Largest burst a worker handles at once.
-pub const MAX_BURST: usize = 256;
+/// Largest burst a worker handles at once: the pipeline's.
+pub use crate::pipeline::MAX_BURST;
 
 /// Up to [`MAX_BURST`] owned mbufs, in arrival order.
 pub struct Burst {
