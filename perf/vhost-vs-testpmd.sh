@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 FERRULECTL=target/release/ferrulectl
 rounds=${1:-3}
 seconds=${2:-10}
-cargo build --release -q -p ferrule-control
+cargo build --release -q -p ferrule-daemon -p ferrulectl
 [ "$(id -u)" -eq 0 ] || { echo "bench: needs root (DPDK)" >&2; exit 1; }
 huge=$(ferrule_huge_flag 900)
 [ -z "$huge" ] || { echo "bench: needs ~900 MiB of free hugepages (scripts/setup.sh)" >&2; exit 1; }

@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
-cargo build --release -q -p ferrule-control -p ferrule-perf
+cargo build --release -q -p ferrule-daemon -p ferrulectl -p ferrule-perf
 huge=$(ferrule_huge_flag 600)
 [ -z "$huge" ] || echo "bench: not enough free hugepages for two 256 MiB processes; using --no-huge"
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(uname -r)"
