@@ -2,7 +2,9 @@
 //! running ferruled, and detach it.
 
 use super::{params, CtlError, Ctx};
+use crate::table::Table;
 use clap::{ArgGroup, Args, Subcommand, ValueEnum};
+use ferrule_api::PortsList;
 use ferrule_api::{port_method, PortAdd, PortDel, PortDeleted, PortInfo, PortRole};
 
 pub const PORT_LONG_ABOUT: &str = "\
@@ -161,6 +163,76 @@ pub fn run(ctx: &mut Ctx<'_>, command: &PortCommand) -> Result<(), CtlError> {
                 format!("port {} deleted; {} mbufs in use\n", d.name, d.mbufs_in_use)
             })
         }
+    }
+}
+
+/// `ferrulectl ports`.
+pub fn render_ports(list: &PortsList) -> String {
+    if list.ports.is_empty() {
+        return "no ports\n".to_string();
+    }
+    let mut table = Table::new([
+        "NAME", "ID", "ROLE", "LINK", "SPEED", "MAC", "MTU", "RXQ", "XCONNECT", "RX-PKTS",
+        "RX-BYTES", "TX-PKTS", "TX-BYTES", "DROPS",
+    ]);
+    for port in &list.ports {
+        let c = &port.counters;
+        table.row([
+            port.name.clone(),
+            port.port_id.to_string(),
+            port.role.to_string(),
+            port.link.clone(),
+            format_speed(port.speed_mbps),
+            port.mac.clone(),
+            port.mtu.to_string(),
+            port.rx_queues.to_string(),
+            port.xconnect.clone().unwrap_or_else(|| "-".to_string()),
+            c.rx_packets.to_string(),
+            c.rx_bytes.to_string(),
+            c.tx_packets.to_string(),
+            c.tx_bytes.to_string(),
+            c.drops.to_string(),
+        ]);
+    }
+    let mut out = table.to_string();
+    let pods: Vec<&ferrule_api::PortInfo> = list
+        .ports
+        .iter()
+        .filter(|p| p.pod.is_some() || p.vhost_user.is_some() || p.gateway_ip.is_some())
+        .collect();
+    if !pods.is_empty() {
+        let mut t = Table::new([
+            "NAME",
+            "POD",
+            "GATEWAY-IP",
+            "GATEWAY-MAC",
+            "VHOST-USER",
+            "MODE",
+        ]);
+        for p in pods {
+            let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".to_string());
+            t.row([
+                p.name.clone(),
+                dash(&p.pod),
+                dash(&p.gateway_ip),
+                dash(&p.gateway_mac),
+                dash(&p.vhost_user),
+                dash(&p.vhost_mode),
+            ]);
+        }
+        out.push('\n');
+        out.push_str(&t.to_string());
+    }
+    out
+}
+
+/// Link speed: `25G`, `2.5G`, `100M`, or `-` when unknown.
+pub(crate) fn format_speed(mbps: u32) -> String {
+    match mbps {
+        0 => "-".to_string(),
+        m if m % 1000 == 0 => format!("{}G", m / 1000),
+        m if m >= 1000 => format!("{}G", f64::from(m) / 1000.0),
+        m => format!("{m}M"),
     }
 }
 
