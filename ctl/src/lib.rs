@@ -95,7 +95,6 @@ Exit status:
     long_about = LONG_ABOUT,
     after_help = AFTER_HELP
 )]
-
 pub struct Cli {
     /// Control socket of ferruled.
     #[arg(
