@@ -1,10 +1,12 @@
-//! `ferrulectl`: its command line (clap), one function per subcommand that queries
-//! `ferruled` over the control socket, the renderers that turn replies into tables, and
-//! the pcap writer of `trace dump --pcap`.
+//! `ferrulectl`: its command line (clap), the context every subcommand queries
+//! `ferruled` through, and `version`. Each subcommand group is a module (`route`,
+//! `neigh`, `trace`, `stats`, `port`, `acl`, `ct`, `vpc`, `policy`) with its arguments,
+//! its call and the renderer of its human output; `table` lays out tables and `pcap`
+//! writes `trace dump --pcap` files.
 //!
-//! Adding a subcommand: a variant in [`Command`] (its doc comment is the help text), a
-//! `match` arm in [`run`], and a `render_*` function for the human output; `--json`
-//! and error handling come with [`Ctx::query`].
+//! Adding a subcommand: a module with its arguments and a `render_*` function, a variant
+//! in [`Command`] (its doc comment is the help text) and a `match` arm in [`run`];
+//! `--json` and error handling come with [`Ctx::query`].
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -39,6 +41,8 @@ pub mod vpc;
 
 pub use neigh::*;
 pub use pcap::*;
+#[cfg(test)]
+use port::format_speed;
 pub use port::render_ports;
 pub use route::*;
 pub use stats::*;
