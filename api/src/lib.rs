@@ -5,8 +5,11 @@
 //!
 //! Wire format and error codes: `docs/control-protocol.md`.
 
+pub mod acl;
 pub mod client;
 pub mod rpc;
+
+pub use acl::AclApply;
 
 use serde::{Deserialize, Serialize};
 

@@ -147,7 +147,7 @@ pub fn load_state(path: &Path) -> Result<Cache, PolicyError> {
 /// Renders the `acl.apply` params for `node` (every pod when `None`).
 pub fn render_state(path: &Path, node: Option<&str>) -> Result<(Engine, Value), PolicyError> {
     let engine = Engine::new(load_state(path)?, Local::from_option(node))?;
-    let value = engine.rendered().to_apply();
+    let value = engine.rendered().to_apply().to_value();
     Ok((engine, value))
 }
 

@@ -133,7 +133,10 @@ fn every_rendering_passes_the_daemons_acl_apply_validation() {
         let cache = Cache::from_objects(objects);
         for node in [None, Some("node-1"), Some("node-2")] {
             let e = Engine::new(cache.clone(), Local::from_option(node)).expect("render");
-            check_apply(&e.rendered().to_apply(), &format!("{name} {node:?}"));
+            check_apply(
+                &e.rendered().to_apply().to_value(),
+                &format!("{name} {node:?}"),
+            );
             for rules in e.rendered().tables.values() {
                 assert!(
                     rules.iter().all(|r| r.origin.is_some()),
@@ -292,7 +295,7 @@ fn ipv6_blocks_postponed_and_host_network_pods() {
         !r.pods.contains_key(&Key::new("v6", "host")),
         "host network: not a target"
     );
-    check_apply(&r.to_apply(), "v6");
+    check_apply(&r.to_apply().to_value(), "v6");
     let mut v = Verdicts::new(cache);
     assert!(!verdict(&mut v, "v6/b", "v6/a", 80, L4::Tcp), "excepted");
     assert!(

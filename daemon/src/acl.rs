@@ -9,22 +9,19 @@
 //! once no worker can still hold a generation that counts into it; a slot's count is
 //! its workers' sum minus a baseline taken when it was (re)assigned or cleared.
 
+use ferrule_api::acl::{invalid, AclApply};
 use ferrule_api::rpc::RpcError;
 use ferrule_api::{self as api, AclAttachment, AclRuleDump, AclTableDump, Hits};
 use ferrule_dataplane::acl::table::{AclTables, Direction, Table};
-use ferrule_dataplane::acl::{Action, PortRange, Prefix, Proto, Rule, RuleField};
+use ferrule_dataplane::acl::Rule;
 use ferrule_dataplane::counters::{RuleCounters, MAX_PORTS};
 use ferrule_dataplane::snapshot::PortRole;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// The fields a rule may have.
-const RULE_FIELDS: &str = "action, proto, src, dst, src_port, dst_port, origin";
-
-/// Most tables one apply may hold (attachments index them with a `u16`).
-pub const MAX_TABLES: usize = 4096;
+pub use ferrule_api::acl::MAX_TABLES;
 
 /// The desired ACL state of one `acl.apply`, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,337 +35,41 @@ pub struct Desired {
     pub dry_run: bool,
 }
 
-/// An `INVALID_PARAMS` error at `path`, with the table and rule it is about.
-fn invalid(path: &str, table: Option<&str>, rule: Option<usize>, detail: String) -> RpcError {
-    let mut e = RpcError::invalid_params(path, detail);
-    e.data = Some(serde_json::json!({ "field": path, "table": table, "rule": rule }));
-    e
-}
-
-fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "a map",
-    }
-}
-
-fn object<'a>(v: &'a Value, path: &str) -> Result<&'a Map<String, Value>, RpcError> {
-    v.as_object().ok_or_else(|| {
-        invalid(
-            path,
-            None,
-            None,
-            format!("expected a map, found {}", type_name(v)),
-        )
-    })
-}
-
-fn list<'a>(v: Option<&'a Value>, path: &str) -> Result<&'a [Value], RpcError> {
-    match v {
-        None | Some(Value::Null) => Ok(&[]),
-        Some(Value::Array(a)) => Ok(a),
-        Some(other) => Err(invalid(
-            path,
-            None,
-            None,
-            format!("expected a list, found {}", type_name(other)),
-        )),
-    }
-}
-
-fn string<'a>(v: Option<&'a Value>, path: &str) -> Result<Option<&'a str>, RpcError> {
-    match v {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(other) => Err(invalid(
-            path,
-            None,
-            None,
-            format!("expected a string, found {}", type_name(other)),
-        )),
-    }
-}
-
-fn unknown_keys(map: &Map<String, Value>, allowed: &[&str], path: &str) -> Result<(), RpcError> {
-    match map.keys().find(|k| !allowed.contains(&k.as_str())) {
-        Some(k) => Err(invalid(
-            &join(path, k),
-            None,
-            None,
-            format!("unknown field (expected one of: {})", allowed.join(", ")),
-        )),
-        None => Ok(()),
-    }
-}
-
-fn join(path: &str, key: &str) -> String {
-    if path.is_empty() {
-        key.to_string()
-    } else {
-        format!("{path}.{key}")
-    }
-}
-
-/// Parses one rule map; errors name `tables[t].rules[r].FIELD`, the table and the rule.
-fn parse_rule(v: &Value, path: &str, table: &str, index: usize) -> Result<Rule, RpcError> {
-    let fail = |field: &str, detail: String| {
-        invalid(
-            &join(path, field),
-            Some(table),
-            Some(index),
-            format!("table {table:?} rule {index}: {detail}"),
-        )
-    };
-    let map = v
-        .as_object()
-        .ok_or_else(|| fail("", format!("expected a map, found {}", type_name(v))))?;
-    if let Some(k) = map
-        .keys()
-        .find(|k| !RULE_FIELDS.split(", ").any(|f| f == k.as_str()))
-    {
-        return Err(fail(
-            k,
-            format!("{k}: unknown field (expected one of: {RULE_FIELDS})"),
-        ));
-    }
-    let text = |field: &str| -> Result<Option<&str>, RpcError> {
-        match map.get(field) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s)),
-            Some(other) => Err(fail(
-                field,
-                format!("{field}: expected a string, found {}", type_name(other)),
-            )),
-        }
-    };
-    let rule_err =
-        |e: ferrule_dataplane::acl::RuleError| fail(&e.field().to_string(), e.to_string());
-
-    let action = match text("action")? {
-        Some(a) => Action::parse(a).map_err(rule_err)?,
-        None => {
-            return Err(fail(
-                "action",
-                "action: required (permit, deny or reflect)".into(),
-            ))
-        }
-    };
-    let proto = match map.get("proto") {
-        None | Some(Value::Null) => Proto::Any,
-        Some(Value::String(s)) => Proto::parse(s).map_err(rule_err)?,
-        Some(Value::Number(n)) => match n.as_u64().and_then(|n| u8::try_from(n).ok()) {
-            Some(n) => Proto::Number(n),
-            None => {
-                return Err(fail(
-                    "proto",
-                    format!("proto: {n} is not a protocol number 0-255"),
-                ))
-            }
-        },
-        Some(other) => {
-            return Err(fail(
-                "proto",
-                format!(
-                    "proto: expected a name or a number, found {}",
-                    type_name(other)
-                ),
-            ))
-        }
-    };
-    let prefix = |field: RuleField| -> Result<Prefix, RpcError> {
-        match text(&field.to_string())? {
-            None => Ok(Prefix::Any),
-            Some(s) => Prefix::parse(s, field).map_err(rule_err),
-        }
-    };
-    let ports = |field: RuleField| -> Result<PortRange, RpcError> {
-        match map.get(&field.to_string()) {
-            None | Some(Value::Null) => Ok(PortRange::ANY),
-            Some(Value::String(s)) => PortRange::parse(s.trim(), field).map_err(rule_err),
-            Some(Value::Number(n)) => match n.as_u64() {
-                Some(n) => PortRange::from_number(n, field).map_err(rule_err),
-                None => Err(fail(
-                    &field.to_string(),
-                    format!("{field}: {n} is not a port 0-65535"),
-                )),
-            },
-            Some(other) => Err(fail(
-                &field.to_string(),
-                format!(
-                    "{field}: expected N or \"LO-HI\", found {}",
-                    type_name(other)
-                ),
-            )),
-        }
-    };
-    let rule = Rule {
-        action,
-        proto,
-        src: prefix(RuleField::Src)?,
-        dst: prefix(RuleField::Dst)?,
-        src_port: ports(RuleField::SrcPort)?,
-        dst_port: ports(RuleField::DstPort)?,
-        origin: text("origin")?.map(str::to_owned),
-    };
-    rule.validate().map_err(rule_err)?;
-    Ok(rule)
-}
-
-/// Parses and validates `acl.apply` params against the daemon's ports (name, role).
+/// Decodes and validates `acl.apply` params ([`AclApply::from_params`]) against the
+/// daemon's ports (name, role), and resolves names to indices.
 pub fn parse_apply(params: &Value, ports: &[(String, PortRole)]) -> Result<Desired, RpcError> {
-    let empty = Map::new();
-    let top = match params {
-        Value::Null => &empty,
-        v => object(v, "params")?,
+    let names: Vec<&str> = ports.iter().map(|(n, _)| n.as_str()).collect();
+    let apply = AclApply::from_params(params, Some(&names))?;
+    let index: HashMap<&str, usize> = apply
+        .tables
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.name.as_str(), i))
+        .collect();
+    let table_index = |name: &str| {
+        index
+            .get(name)
+            .copied()
+            .ok_or_else(|| RpcError::internal(format!("table {name:?} vanished")))
     };
-    unknown_keys(top, &["tables", "attach", "global", "dry_run"], "")?;
-    let dry_run = match top.get("dry_run") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(other) => {
-            return Err(invalid(
-                "dry_run",
-                None,
-                None,
-                format!("expected true or false, found {}", type_name(other)),
-            ))
-        }
-    };
-    let mut tables: Vec<(String, Vec<Rule>)> = Vec::new();
-    let mut by_name: HashMap<String, usize> = HashMap::new();
-    let table_list = list(top.get("tables"), "tables")?;
-    if table_list.len() > MAX_TABLES {
-        return Err(invalid(
-            "tables",
-            None,
-            None,
-            format!("{} tables: at most {MAX_TABLES}", table_list.len()),
-        ));
-    }
-    for (t, tv) in table_list.iter().enumerate() {
-        let path = format!("tables[{t}]");
-        let map = object(tv, &path)?;
-        unknown_keys(map, &["name", "rules"], &path)?;
-        let name_path = join(&path, "name");
-        let name = string(map.get("name"), &name_path)?
-            .ok_or_else(|| invalid(&name_path, None, None, "required".into()))?;
-        if name.is_empty()
-            || name.len() > 128
-            || name.chars().any(|c| c.is_whitespace() || c.is_control())
-        {
-            return Err(invalid(
-                &name_path,
-                Some(name),
-                None,
-                format!("{name:?}: a table name is 1-128 characters without spaces"),
-            ));
-        }
-        if let Some(&first) = by_name.get(name) {
-            return Err(invalid(
-                &name_path,
-                Some(name),
-                None,
-                format!("duplicate table name {name:?} (also tables[{first}])"),
-            ));
-        }
-        let rules_path = join(&path, "rules");
-        let rules = list(map.get("rules"), &rules_path)?
+    let mut attach = Vec::with_capacity(apply.attach.len());
+    for a in &apply.attach {
+        let port = names
             .iter()
-            .enumerate()
-            .map(|(r, rv)| parse_rule(rv, &format!("{rules_path}[{r}]"), name, r))
-            .collect::<Result<Vec<Rule>, RpcError>>()?;
-        by_name.insert(name.to_string(), t);
-        tables.push((name.to_string(), rules));
+            .position(|n| *n == a.port)
+            .ok_or_else(|| RpcError::internal(format!("port {:?} vanished", a.port)))?;
+        attach.push((port as u16, a.direction, table_index(&a.table)?));
     }
-    let table_ref = |v: Option<&Value>, path: &str| -> Result<Option<usize>, RpcError> {
-        match string(v, path)? {
-            None => Ok(None),
-            Some(name) => by_name.get(name).copied().map(Some).ok_or_else(|| {
-                invalid(
-                    path,
-                    Some(name),
-                    None,
-                    format!("no table named {name:?} in `tables`"),
-                )
-            }),
-        }
-    };
-    let mut attach: Vec<(u16, Direction, usize)> = Vec::new();
-    for (k, av) in list(top.get("attach"), "attach")?.iter().enumerate() {
-        let path = format!("attach[{k}]");
-        let map = object(av, &path)?;
-        unknown_keys(map, &["port", "direction", "table"], &path)?;
-        let port_path = join(&path, "port");
-        let port_name = string(map.get("port"), &port_path)?
-            .ok_or_else(|| invalid(&port_path, None, None, "required".into()))?;
-        let port = ports
-            .iter()
-            .position(|(n, _)| n == port_name)
-            .ok_or_else(|| {
-                invalid(
-                    &port_path,
-                    None,
-                    None,
-                    format!(
-                        "no port named {port_name:?} (ports: {})",
-                        ports
-                            .iter()
-                            .map(|(n, _)| n.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                )
-            })?;
-        let dir_path = join(&path, "direction");
-        let direction = match string(map.get("direction"), &dir_path)? {
-            Some("ingress") => Direction::Ingress,
-            Some("egress") => Direction::Egress,
-            Some(other) => {
-                return Err(invalid(
-                    &dir_path,
-                    None,
-                    None,
-                    format!("{other:?}: expected ingress or egress"),
-                ))
-            }
-            None => {
-                return Err(invalid(
-                    &dir_path,
-                    None,
-                    None,
-                    "required (ingress or egress)".into(),
-                ))
-            }
-        };
-        let table_path = join(&path, "table");
-        let table = table_ref(map.get("table"), &table_path)?
-            .ok_or_else(|| invalid(&table_path, None, None, "required".into()))?;
-        if let Some(first) = attach
-            .iter()
-            .position(|&(p, d, _)| usize::from(p) == port && d == direction)
-        {
-            return Err(invalid(
-                &port_path,
-                None,
-                None,
-                format!(
-                    "port {port_name:?} already has an {} table (attach[{first}]); one table per port and direction",
-                    direction.name()
-                ),
-            ));
-        }
-        attach.push((port as u16, direction, table));
-    }
-    let global = table_ref(top.get("global"), "global")?;
+    let global = apply.global.as_deref().map(table_index).transpose()?;
     Ok(Desired {
-        tables,
+        tables: apply
+            .tables
+            .into_iter()
+            .map(|t| (t.name, t.rules))
+            .collect(),
         attach,
         global,
-        dry_run,
+        dry_run: apply.dry_run,
     })
 }
 
@@ -837,6 +538,7 @@ impl AclManager {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ferrule_dataplane::acl::{Action, PortRange, Proto};
     use serde_json::json;
 
     fn ports() -> Vec<(String, PortRole)> {

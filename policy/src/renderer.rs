@@ -21,9 +21,10 @@
 use super::cache::{Key, Pod, L4};
 use super::configurator::{same_family, PodRules};
 use super::subnet::host;
+use ferrule_api::acl::{AclApply, AclAttach, AclTable};
+use ferrule_dataplane::acl::table::Direction;
 use ferrule_dataplane::acl::{Action, PortRange, Prefix, Proto, Rule};
 use rustc_hash::FxHashSet;
-use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
@@ -525,53 +526,38 @@ pub fn render(pods: &[LocalPod<'_>]) -> Rendered {
     out
 }
 
-/// One rule as `acl.apply` writes it: fields that match anything are left out.
-pub fn rule_json(r: &Rule) -> Value {
-    let mut m = Map::new();
-    m.insert("action".into(), json!(r.action.to_string()));
-    if r.proto != Proto::Any {
-        m.insert("proto".into(), json!(r.proto.to_string()));
-    }
-    for (k, p) in [("src", r.src), ("dst", r.dst)] {
-        if p != Prefix::Any {
-            m.insert(k.into(), json!(p.to_string()));
-        }
-    }
-    for (k, p) in [("src_port", r.src_port), ("dst_port", r.dst_port)] {
-        if !p.is_any() {
-            let v = if p.lo == p.hi {
-                json!(p.lo)
-            } else {
-                json!(format!("{}-{}", p.lo, p.hi))
-            };
-            m.insert(k.into(), v);
-        }
-    }
-    if let Some(o) = &r.origin {
-        m.insert("origin".into(), json!(o));
-    }
-    Value::Object(m)
-}
-
 impl Rendered {
     /// The `acl.apply` params: tables in name order, attachments in pod order.
-    pub fn to_apply(&self) -> Value {
-        let tables: Vec<Value> = self
+    pub fn to_apply(&self) -> AclApply {
+        let tables = self
             .tables
             .iter()
-            .map(|(name, rules)| {
-                json!({"name": name, "rules": rules.iter().map(rule_json).collect::<Vec<_>>()})
+            .map(|(name, rules)| AclTable {
+                name: name.clone(),
+                rules: rules.clone(),
             })
             .collect();
         let mut attach = Vec::new();
         for t in self.pods.values() {
-            for (dir, table) in [("ingress", &t.ingress), ("egress", &t.egress)] {
+            for (direction, table) in [
+                (Direction::Ingress, &t.ingress),
+                (Direction::Egress, &t.egress),
+            ] {
                 if let Some(table) = table {
-                    attach.push(json!({"port": t.port, "direction": dir, "table": table}));
+                    attach.push(AclAttach {
+                        port: t.port.clone(),
+                        direction,
+                        table: table.clone(),
+                    });
                 }
             }
         }
-        json!({"tables": tables, "attach": attach, "global": self.global})
+        AclApply {
+            tables,
+            attach,
+            global: self.global.clone(),
+            dry_run: false,
+        }
     }
 
     /// Number of rules over all tables.

@@ -155,7 +155,7 @@ impl Agent {
         }
         let reply = Client::connect(&self.args.socket).and_then(|mut c| {
             c.set_read_timeout(Some(Duration::from_secs(30)))?;
-            c.call_typed::<AclApplied>(acl_method::APPLY, rendered.to_apply())
+            c.call_typed::<AclApplied>(acl_method::APPLY, rendered.to_apply().to_value())
         });
         match reply {
             Ok(a) => {

@@ -1,0 +1,518 @@
+//! `acl.apply`'s params as types: the whole desired ACL state — named tables of rules,
+//! where each is attached, the global table — with the one decoder every reader uses
+//! ([`AclApply::from_params`]: errors name the field path, the table and the rule) and
+//! the encoding every writer sends (the policy renderer, `ferrule-agent`).
+
+use crate::rpc::RpcError;
+use ferrule_dataplane::acl::table::Direction;
+use ferrule_dataplane::acl::{Action, PortRange, Prefix, Proto, Rule, RuleField};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::{json, Map, Value};
+use std::collections::HashMap;
+
+/// The fields a rule may have.
+pub const RULE_FIELDS: &str = "action, proto, src, dst, src_port, dst_port, origin";
+
+/// Most tables one apply may hold (attachments index them with a `u16`).
+pub const MAX_TABLES: usize = 4096;
+
+/// `acl.apply` params: the desired ACL state as a whole.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AclApply {
+    /// Tables in input order; names are unique.
+    pub tables: Vec<AclTable>,
+    /// Where tables are attached: at most one per port and direction.
+    pub attach: Vec<AclAttach>,
+    /// The table every uplink's egress is checked against, if any.
+    pub global: Option<String>,
+    /// Validate and compile, change nothing.
+    pub dry_run: bool,
+}
+
+/// A named table of rules, first match wins.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AclTable {
+    pub name: String,
+    pub rules: Vec<Rule>,
+}
+
+/// A table attached to a port in one direction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AclAttach {
+    pub port: String,
+    pub direction: Direction,
+    pub table: String,
+}
+
+/// An `INVALID_PARAMS` error at `path`, with the table and rule it is about.
+pub fn invalid(path: &str, table: Option<&str>, rule: Option<usize>, detail: String) -> RpcError {
+    let mut e = RpcError::invalid_params(path, detail);
+    e.data = Some(serde_json::json!({ "field": path, "table": table, "rule": rule }));
+    e
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a map",
+    }
+}
+
+fn object<'a>(v: &'a Value, path: &str) -> Result<&'a Map<String, Value>, RpcError> {
+    v.as_object().ok_or_else(|| {
+        invalid(
+            path,
+            None,
+            None,
+            format!("expected a map, found {}", type_name(v)),
+        )
+    })
+}
+
+fn list<'a>(v: Option<&'a Value>, path: &str) -> Result<&'a [Value], RpcError> {
+    match v {
+        None | Some(Value::Null) => Ok(&[]),
+        Some(Value::Array(a)) => Ok(a),
+        Some(other) => Err(invalid(
+            path,
+            None,
+            None,
+            format!("expected a list, found {}", type_name(other)),
+        )),
+    }
+}
+
+fn string<'a>(v: Option<&'a Value>, path: &str) -> Result<Option<&'a str>, RpcError> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(other) => Err(invalid(
+            path,
+            None,
+            None,
+            format!("expected a string, found {}", type_name(other)),
+        )),
+    }
+}
+
+fn unknown_keys(map: &Map<String, Value>, allowed: &[&str], path: &str) -> Result<(), RpcError> {
+    match map.keys().find(|k| !allowed.contains(&k.as_str())) {
+        Some(k) => Err(invalid(
+            &join(path, k),
+            None,
+            None,
+            format!("unknown field (expected one of: {})", allowed.join(", ")),
+        )),
+        None => Ok(()),
+    }
+}
+
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+/// Parses one rule map; errors name `tables[t].rules[r].FIELD`, the table and the rule.
+fn parse_rule(v: &Value, path: &str, table: &str, index: usize) -> Result<Rule, RpcError> {
+    let fail = |field: &str, detail: String| {
+        invalid(
+            &join(path, field),
+            Some(table),
+            Some(index),
+            format!("table {table:?} rule {index}: {detail}"),
+        )
+    };
+    let map = v
+        .as_object()
+        .ok_or_else(|| fail("", format!("expected a map, found {}", type_name(v))))?;
+    if let Some(k) = map
+        .keys()
+        .find(|k| !RULE_FIELDS.split(", ").any(|f| f == k.as_str()))
+    {
+        return Err(fail(
+            k,
+            format!("{k}: unknown field (expected one of: {RULE_FIELDS})"),
+        ));
+    }
+    let text = |field: &str| -> Result<Option<&str>, RpcError> {
+        match map.get(field) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(other) => Err(fail(
+                field,
+                format!("{field}: expected a string, found {}", type_name(other)),
+            )),
+        }
+    };
+    let rule_err =
+        |e: ferrule_dataplane::acl::RuleError| fail(&e.field().to_string(), e.to_string());
+
+    let action = match text("action")? {
+        Some(a) => Action::parse(a).map_err(rule_err)?,
+        None => {
+            return Err(fail(
+                "action",
+                "action: required (permit, deny or reflect)".into(),
+            ))
+        }
+    };
+    let proto = match map.get("proto") {
+        None | Some(Value::Null) => Proto::Any,
+        Some(Value::String(s)) => Proto::parse(s).map_err(rule_err)?,
+        Some(Value::Number(n)) => match n.as_u64().and_then(|n| u8::try_from(n).ok()) {
+            Some(n) => Proto::Number(n),
+            None => {
+                return Err(fail(
+                    "proto",
+                    format!("proto: {n} is not a protocol number 0-255"),
+                ))
+            }
+        },
+        Some(other) => {
+            return Err(fail(
+                "proto",
+                format!(
+                    "proto: expected a name or a number, found {}",
+                    type_name(other)
+                ),
+            ))
+        }
+    };
+    let prefix = |field: RuleField| -> Result<Prefix, RpcError> {
+        match text(&field.to_string())? {
+            None => Ok(Prefix::Any),
+            Some(s) => Prefix::parse(s, field).map_err(rule_err),
+        }
+    };
+    let ports = |field: RuleField| -> Result<PortRange, RpcError> {
+        match map.get(&field.to_string()) {
+            None | Some(Value::Null) => Ok(PortRange::ANY),
+            Some(Value::String(s)) => PortRange::parse(s.trim(), field).map_err(rule_err),
+            Some(Value::Number(n)) => match n.as_u64() {
+                Some(n) => PortRange::from_number(n, field).map_err(rule_err),
+                None => Err(fail(
+                    &field.to_string(),
+                    format!("{field}: {n} is not a port 0-65535"),
+                )),
+            },
+            Some(other) => Err(fail(
+                &field.to_string(),
+                format!(
+                    "{field}: expected N or \"LO-HI\", found {}",
+                    type_name(other)
+                ),
+            )),
+        }
+    };
+    let rule = Rule {
+        action,
+        proto,
+        src: prefix(RuleField::Src)?,
+        dst: prefix(RuleField::Dst)?,
+        src_port: ports(RuleField::SrcPort)?,
+        dst_port: ports(RuleField::DstPort)?,
+        origin: text("origin")?.map(str::to_owned),
+    };
+    rule.validate().map_err(rule_err)?;
+    Ok(rule)
+}
+
+impl AclApply {
+    /// Decodes and validates `acl.apply` params. With `ports`, every attachment must
+    /// name one of them (the daemon passes its ports; a client that does not know them
+    /// passes `None`). Every error names the field path (`tables[0].rules[3].dst`),
+    /// and for a rule the table and the rule index, in `data`.
+    pub fn from_params(params: &Value, ports: Option<&[&str]>) -> Result<AclApply, RpcError> {
+        let empty = Map::new();
+        let top = match params {
+            Value::Null => &empty,
+            v => object(v, "params")?,
+        };
+        unknown_keys(top, &["tables", "attach", "global", "dry_run"], "")?;
+        let dry_run = match top.get("dry_run") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(other) => {
+                return Err(invalid(
+                    "dry_run",
+                    None,
+                    None,
+                    format!("expected true or false, found {}", type_name(other)),
+                ))
+            }
+        };
+        let mut tables: Vec<AclTable> = Vec::new();
+        let mut by_name: HashMap<String, usize> = HashMap::new();
+        let table_list = list(top.get("tables"), "tables")?;
+        if table_list.len() > MAX_TABLES {
+            return Err(invalid(
+                "tables",
+                None,
+                None,
+                format!("{} tables: at most {MAX_TABLES}", table_list.len()),
+            ));
+        }
+        for (t, tv) in table_list.iter().enumerate() {
+            let path = format!("tables[{t}]");
+            let map = object(tv, &path)?;
+            unknown_keys(map, &["name", "rules"], &path)?;
+            let name_path = join(&path, "name");
+            let name = string(map.get("name"), &name_path)?
+                .ok_or_else(|| invalid(&name_path, None, None, "required".into()))?;
+            if name.is_empty()
+                || name.len() > 128
+                || name.chars().any(|c| c.is_whitespace() || c.is_control())
+            {
+                return Err(invalid(
+                    &name_path,
+                    Some(name),
+                    None,
+                    format!("{name:?}: a table name is 1-128 characters without spaces"),
+                ));
+            }
+            if let Some(&first) = by_name.get(name) {
+                return Err(invalid(
+                    &name_path,
+                    Some(name),
+                    None,
+                    format!("duplicate table name {name:?} (also tables[{first}])"),
+                ));
+            }
+            let rules_path = join(&path, "rules");
+            let rules = list(map.get("rules"), &rules_path)?
+                .iter()
+                .enumerate()
+                .map(|(r, rv)| parse_rule(rv, &format!("{rules_path}[{r}]"), name, r))
+                .collect::<Result<Vec<Rule>, RpcError>>()?;
+            by_name.insert(name.to_string(), t);
+            tables.push(AclTable {
+                name: name.to_string(),
+                rules,
+            });
+        }
+        let table_ref = |v: Option<&Value>, path: &str| -> Result<Option<String>, RpcError> {
+            match string(v, path)? {
+                None => Ok(None),
+                Some(name) => by_name
+                    .get(name)
+                    .map(|_| Some(name.to_string()))
+                    .ok_or_else(|| {
+                        invalid(
+                            path,
+                            Some(name),
+                            None,
+                            format!("no table named {name:?} in `tables`"),
+                        )
+                    }),
+            }
+        };
+        let mut attach: Vec<AclAttach> = Vec::new();
+        for (k, av) in list(top.get("attach"), "attach")?.iter().enumerate() {
+            let path = format!("attach[{k}]");
+            let map = object(av, &path)?;
+            unknown_keys(map, &["port", "direction", "table"], &path)?;
+            let port_path = join(&path, "port");
+            let port_name = string(map.get("port"), &port_path)?
+                .ok_or_else(|| invalid(&port_path, None, None, "required".into()))?;
+            if let Some(ports) = ports {
+                if !ports.contains(&port_name) {
+                    return Err(invalid(
+                        &port_path,
+                        None,
+                        None,
+                        format!("no port named {port_name:?} (ports: {})", ports.join(", ")),
+                    ));
+                }
+            }
+            let dir_path = join(&path, "direction");
+            let direction = match string(map.get("direction"), &dir_path)? {
+                Some("ingress") => Direction::Ingress,
+                Some("egress") => Direction::Egress,
+                Some(other) => {
+                    return Err(invalid(
+                        &dir_path,
+                        None,
+                        None,
+                        format!("{other:?}: expected ingress or egress"),
+                    ))
+                }
+                None => {
+                    return Err(invalid(
+                        &dir_path,
+                        None,
+                        None,
+                        "required (ingress or egress)".into(),
+                    ))
+                }
+            };
+            let table_path = join(&path, "table");
+            let table = table_ref(map.get("table"), &table_path)?
+                .ok_or_else(|| invalid(&table_path, None, None, "required".into()))?;
+            if let Some(first) = attach
+                .iter()
+                .position(|a: &AclAttach| a.port == port_name && a.direction == direction)
+            {
+                return Err(invalid(
+                    &port_path,
+                    None,
+                    None,
+                    format!(
+                        "port {port_name:?} already has an {} table (attach[{first}]); one table per port and direction",
+                        direction.name()
+                    ),
+                ));
+            }
+            attach.push(AclAttach {
+                port: port_name.to_string(),
+                direction,
+                table: table.to_string(),
+            });
+        }
+        let global = table_ref(top.get("global"), "global")?;
+        Ok(AclApply {
+            tables,
+            attach,
+            global,
+            dry_run,
+        })
+    }
+
+    /// The params as clients send them: rules with only their non-default fields, ports
+    /// as a number or `"LO-HI"`, `global` null when there is none.
+    pub fn to_value(&self) -> Value {
+        let tables: Vec<Value> = self
+            .tables
+            .iter()
+            .map(|t| json!({"name": t.name, "rules": t.rules.iter().map(rule_value).collect::<Vec<_>>()}))
+            .collect();
+        let attach: Vec<Value> = self
+            .attach
+            .iter()
+            .map(|a| json!({"port": a.port, "direction": a.direction.name(), "table": a.table}))
+            .collect();
+        let mut v = json!({"tables": tables, "attach": attach, "global": self.global});
+        if self.dry_run {
+            v["dry_run"] = json!(true);
+        }
+        v
+    }
+}
+
+/// One rule as `acl.apply` carries it: only the fields that are not "any".
+pub fn rule_value(r: &Rule) -> Value {
+    let mut m = Map::new();
+    m.insert("action".into(), json!(r.action.to_string()));
+    if r.proto != Proto::Any {
+        m.insert("proto".into(), json!(r.proto.to_string()));
+    }
+    for (k, p) in [("src", r.src), ("dst", r.dst)] {
+        if p != Prefix::Any {
+            m.insert(k.into(), json!(p.to_string()));
+        }
+    }
+    for (k, p) in [("src_port", r.src_port), ("dst_port", r.dst_port)] {
+        if !p.is_any() {
+            let v = if p.lo == p.hi {
+                json!(p.lo)
+            } else {
+                json!(format!("{}-{}", p.lo, p.hi))
+            };
+            m.insert(k.into(), v);
+        }
+    }
+    if let Some(o) = &r.origin {
+        m.insert("origin".into(), json!(o));
+    }
+    Value::Object(m)
+}
+
+impl Serialize for AclApply {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.to_value().serialize(s)
+    }
+}
+
+/// Through [`AclApply::from_params`] (without a port list): the same checks and
+/// messages.
+impl<'de> Deserialize<'de> for AclApply {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = Value::deserialize(d)?;
+        AclApply::from_params(&v, None).map_err(|e| serde::de::Error::custom(e.message))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Value {
+        json!({
+            "tables": [
+                {"name": "web", "rules": [
+                    {"action": "permit", "proto": "tcp", "dst": "10.0.0.0/8", "dst_port": 80},
+                    {"action": "reflect", "proto": "udp", "src": "2001:db8::/32", "src_port": "1000-2000", "origin": "np/x"},
+                    {"action": "deny"}
+                ]},
+                {"name": "all", "rules": [{"action": "permit"}]}
+            ],
+            "attach": [{"port": "pod-a", "direction": "egress", "table": "web"}],
+            "global": "all"
+        })
+    }
+
+    #[test]
+    fn decodes_encodes_and_decodes_again_to_the_same_state() {
+        let apply = AclApply::from_params(&sample(), None).expect("valid");
+        assert_eq!(apply.tables.len(), 2);
+        assert_eq!(apply.tables[0].rules.len(), 3);
+        assert_eq!(apply.attach[0].direction, Direction::Egress);
+        assert_eq!(apply.global.as_deref(), Some("all"));
+        let again = AclApply::from_params(&apply.to_value(), None).expect("its own output");
+        assert_eq!(again, apply);
+        let via_serde: AclApply = serde_json::from_value(apply.to_value()).expect("serde");
+        assert_eq!(via_serde, apply);
+        assert_eq!(
+            serde_json::to_value(&apply).expect("json"),
+            apply.to_value()
+        );
+    }
+
+    #[test]
+    fn ports_are_checked_only_when_given() {
+        assert!(AclApply::from_params(&sample(), Some(&["pod-a", "uplink0"])).is_ok());
+        let e = AclApply::from_params(&sample(), Some(&["uplink0"])).unwrap_err();
+        assert_eq!(e.code, crate::rpc::INVALID_PARAMS);
+        assert!(e.message.contains("attach[0].port"), "{}", e.message);
+        assert!(
+            e.message.contains("no port named \"pod-a\""),
+            "{}",
+            e.message
+        );
+    }
+
+    #[test]
+    fn errors_name_the_path_the_table_and_the_rule() {
+        let mut bad = sample();
+        bad["tables"][0]["rules"][1]["src_port"] = json!(true);
+        let e = AclApply::from_params(&bad, None).unwrap_err();
+        assert!(
+            e.message.contains("tables[0].rules[1].src_port"),
+            "{}",
+            e.message
+        );
+        let data = e.data.expect("data");
+        assert_eq!(data["table"], "web");
+        assert_eq!(data["rule"], 1);
+        let serde_err = serde_json::from_value::<AclApply>(bad).unwrap_err();
+        assert!(serde_err
+            .to_string()
+            .contains("tables[0].rules[1].src_port"));
+    }
+}
