@@ -62,22 +62,26 @@ impl RpcError {
 }
 
 /// Decodes `params` into `T`, mapping a serde error to an `INVALID_PARAMS` error that
-/// names the field. Absent params (`null`) decode as an empty object.
+/// names the field by its path (`ips[1]`, `tables[0].name`). Absent params (`null`)
+/// decode as an empty object.
 pub fn parse_params<T: serde::de::DeserializeOwned>(params: &Value) -> Result<T, RpcError> {
     let value = if params.is_null() {
         Value::Object(Default::default())
     } else {
         params.clone()
     };
-    serde_json::from_value(value).map_err(|e| {
-        let text = e.to_string();
-        // serde names the field in "missing field `x`" / "unknown field `x`".
-        let field = text
-            .split('`')
-            .nth(1)
-            .filter(|_| text.contains("field `"))
-            .unwrap_or("params")
-            .to_string();
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let text = e.inner().to_string();
+        // serde names the field in "missing field `x`" / "unknown field `x`"; the path
+        // is that of the map holding it.
+        let named = text.split('`').nth(1).filter(|_| text.contains("field `"));
+        let field = match (path.as_str(), named) {
+            ("." | "", Some(name)) => name.to_string(),
+            ("." | "", None) => "params".to_string(),
+            (path, Some(name)) if !path.ends_with(name) => format!("{path}.{name}"),
+            (path, _) => path.to_string(),
+        };
         RpcError::invalid_params(&field, text)
     })
 }
@@ -91,4 +95,65 @@ pub trait Service {
     /// Periodic housekeeping on the control thread (link monitoring, freeing old
     /// generations); called at the server's tick interval whether or not requests came.
     fn tick(&mut self) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+    use serde_json::json;
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Inner {
+        name: String,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Params {
+        prefix: String,
+        #[serde(default)]
+        ips: Vec<String>,
+        #[serde(default)]
+        inner: Vec<Inner>,
+    }
+
+    fn field_of(params: Value) -> String {
+        let e = parse_params::<Params>(&params).unwrap_err();
+        assert_eq!(e.code, INVALID_PARAMS);
+        let field = e.data.expect("data")["field"]
+            .as_str()
+            .expect("field")
+            .to_string();
+        assert!(
+            e.message
+                .starts_with(&format!("invalid params: `{field}`: ")),
+            "{}",
+            e.message
+        );
+        field
+    }
+
+    #[test]
+    fn errors_name_the_field_path() {
+        assert_eq!(field_of(json!({})), "prefix");
+        assert_eq!(field_of(Value::Null), "prefix");
+        assert_eq!(field_of(json!({"prefix": "x", "colour": 1})), "colour");
+        assert_eq!(field_of(json!({"prefix": 5})), "prefix");
+        assert_eq!(field_of(json!({"prefix": "x", "ips": ["a", 7]})), "ips[1]");
+        assert_eq!(
+            field_of(json!({"prefix": "x", "inner": [{"name": "a"}, {}]})),
+            "inner[1].name"
+        );
+        assert_eq!(
+            field_of(json!({"prefix": "x", "inner": [{"name": "a", "x": 1}]})),
+            "inner[0].x"
+        );
+        // By-position params name the position.
+        assert_eq!(field_of(json!([1, 2])), "[0]");
+        assert_eq!(field_of(json!("text")), "params");
+    }
 }
