@@ -8,6 +8,7 @@ use ferrule_dataplane::conntrack::STATE_NAMES;
 use ferrule_dataplane::counters::DropReason;
 use ferrule_dataplane::ct_requests::{ConnInfo, CtFilter, CtReply, CtRequest};
 use ferrule_dataplane::flow::FlowKey;
+use ferrule_dataplane::wire::IpProtocol;
 use serde_json::Value;
 use std::net::IpAddr;
 use std::time::Duration;
@@ -27,25 +28,11 @@ const CT_DROPS: [DropReason; 4] = [
 
 /// Protocol names as dumps show them and filters take them.
 fn proto_name(p: u8) -> String {
-    match p {
-        1 => "icmp".into(),
-        6 => "tcp".into(),
-        17 => "udp".into(),
-        58 => "icmpv6".into(),
-        132 => "sctp".into(),
-        n => n.to_string(),
-    }
+    IpProtocol(p).transport_name()
 }
 
 fn proto_number(text: &str) -> Option<u8> {
-    match text.to_ascii_lowercase().as_str() {
-        "icmp" => Some(1),
-        "tcp" => Some(6),
-        "udp" => Some(17),
-        "icmpv6" => Some(58),
-        "sctp" => Some(132),
-        n => n.parse().ok(),
-    }
+    IpProtocol::parse_transport(text).map(|p| p.0)
 }
 
 /// A state filter's name as dumps show it (any case given), or the error naming the

@@ -3,6 +3,7 @@
 //! the [`FlowKey`] it matches.
 
 use crate::flow::FlowKey;
+use crate::wire::IpProtocol;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -59,15 +60,15 @@ pub enum Proto {
 
 impl Proto {
     /// ICMP (1).
-    pub const ICMP: Self = Self::Number(1);
+    pub const ICMP: Self = Self::Number(IpProtocol::ICMP.0);
     /// TCP (6).
-    pub const TCP: Self = Self::Number(6);
+    pub const TCP: Self = Self::Number(IpProtocol::TCP.0);
     /// UDP (17).
-    pub const UDP: Self = Self::Number(17);
+    pub const UDP: Self = Self::Number(IpProtocol::UDP.0);
     /// ICMPv6 (58).
-    pub const ICMPV6: Self = Self::Number(58);
+    pub const ICMPV6: Self = Self::Number(IpProtocol::ICMPV6.0);
     /// SCTP (132).
-    pub const SCTP: Self = Self::Number(132);
+    pub const SCTP: Self = Self::Number(IpProtocol::SCTP.0);
 
     /// Parses `any`, `tcp`, `udp`, `sctp`, `icmp`, `icmpv6` or a number 0-255.
     pub fn parse(text: &str) -> Result<Self, RuleError> {

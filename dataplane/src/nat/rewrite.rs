@@ -5,13 +5,14 @@
 
 use crate::flow::FlowKey;
 use crate::wire::checksum;
+use crate::wire::IpProtocol;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// IP protocol numbers the rewrites know.
-const TCP: u8 = 6;
-const UDP: u8 = 17;
-const ICMP: u8 = 1;
-const ICMPV6: u8 = 58;
+const TCP: u8 = IpProtocol::TCP.0;
+const UDP: u8 = IpProtocol::UDP.0;
+const ICMP: u8 = IpProtocol::ICMP.0;
+const ICMPV6: u8 = IpProtocol::ICMPV6.0;
 
 /// Which endpoint of a packet a rewrite changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

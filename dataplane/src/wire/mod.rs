@@ -155,6 +155,34 @@ impl IpProtocol {
         })
     }
 
+    /// The transport protocols a filter names (`tcp`, `udp`, `sctp`, `icmp`, `icmpv6`, in
+    /// any case) or a number 0-255.
+    pub fn parse_transport(text: &str) -> Option<IpProtocol> {
+        let named = [
+            IpProtocol::TCP,
+            IpProtocol::UDP,
+            IpProtocol::SCTP,
+            IpProtocol::ICMP,
+            IpProtocol::ICMPV6,
+        ]
+        .into_iter()
+        .find(|p| p.name().is_some_and(|n| n.eq_ignore_ascii_case(text)));
+        named.or_else(|| text.parse().ok().map(IpProtocol))
+    }
+
+    /// The name of a transport protocol (`tcp`, `udp`, `sctp`, `icmp`, `icmpv6`), or the
+    /// number for any other.
+    pub fn transport_name(self) -> String {
+        match self {
+            IpProtocol::TCP
+            | IpProtocol::UDP
+            | IpProtocol::SCTP
+            | IpProtocol::ICMP
+            | IpProtocol::ICMPV6 => self.to_string(),
+            other => other.0.to_string(),
+        }
+    }
+
     /// Whether this number names an IPv6 extension header that `ipv6::transport` walks
     /// over (Hop-by-Hop, Routing, Fragment, Destination Options, AH).
     pub const fn is_ipv6_extension(self) -> bool {
