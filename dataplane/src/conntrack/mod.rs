@@ -203,16 +203,23 @@ impl Dir {
     }
 }
 
-/// TCP flag bits of [`L4Info::tcp_flags`] (the low byte of the TCP flags field).
+/// TCP flag bits of [`L4Info::tcp_flags`]: the low byte of the wire's
+/// [`TcpFlags`](crate::wire::TcpFlags), as the tracker keeps it.
 pub mod tcp_flags {
-    pub const FIN: u8 = 0x01;
-    pub const SYN: u8 = 0x02;
-    pub const RST: u8 = 0x04;
-    pub const PSH: u8 = 0x08;
-    pub const ACK: u8 = 0x10;
-    pub const URG: u8 = 0x20;
-    pub const ECE: u8 = 0x40;
-    pub const CWR: u8 = 0x80;
+    use crate::wire::TcpFlags;
+
+    const fn low(f: TcpFlags) -> u8 {
+        (f.0 & 0xff) as u8
+    }
+
+    pub const FIN: u8 = low(TcpFlags::FIN);
+    pub const SYN: u8 = low(TcpFlags::SYN);
+    pub const RST: u8 = low(TcpFlags::RST);
+    pub const PSH: u8 = low(TcpFlags::PSH);
+    pub const ACK: u8 = low(TcpFlags::ACK);
+    pub const URG: u8 = low(TcpFlags::URG);
+    pub const ECE: u8 = low(TcpFlags::ECE);
+    pub const CWR: u8 = low(TcpFlags::CWR);
 }
 
 /// What the tracker needs from a packet, filled by the caller from the parsed headers.
