@@ -6,8 +6,8 @@
 use crate::api::{TraceResult, TraceRun, TraceStage, TraceVerdict};
 use crate::config::parse_mac;
 use crate::rpc::RpcError;
+use ferrule_dataplane::conntrack::Conntrack;
 use ferrule_dataplane::conntrack::CtConfig;
-use ferrule_dataplane::pipeline::ct::Conntrack;
 use ferrule_dataplane::pipeline::synth::{self, SynthError, SynthSpec};
 use ferrule_dataplane::pipeline::{self, icmp_error, Action, IcmpErrorKind, Punt, Recorder};
 use ferrule_dataplane::snapshot::{PortRole, Snapshot};

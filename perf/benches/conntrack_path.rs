@@ -42,13 +42,15 @@
 use criterion::{black_box, Criterion, Throughput};
 use ferrule_dataplane::acl::table::{AclTables, Table};
 use ferrule_dataplane::acl::{Action as AclAction, Rule};
-use ferrule_dataplane::conntrack::{CtBudget, CtConfig, KeyHash, NoAdvice, BYTES_PER_CONNECTION};
+use ferrule_dataplane::conntrack::{
+    Conntrack, CtBudget, CtConfig, KeyHash, NoAdvice, BYTES_PER_CONNECTION,
+};
 use ferrule_dataplane::counters::{DropReason, MAX_PORTS};
 use ferrule_dataplane::dpdk::memory::HugePages;
 use ferrule_dataplane::dpdk::thread_cpu_time;
 use ferrule_dataplane::lpm::{Lpm4, Lpm6};
 use ferrule_dataplane::nat::{Cidr4, SnatPolicy, DEFAULT_PORTS};
-use ferrule_dataplane::pipeline::ct::{self, Conntrack, CtMark};
+use ferrule_dataplane::pipeline::ct::{self, CtMark};
 use ferrule_dataplane::pipeline::{self, Action, NoTrace, Parsed, Scratch};
 use ferrule_dataplane::snapshot::{Neighbor, Network, NextHopEntry, PortRole, PortState, Snapshot};
 use ferrule_dataplane::wire::{checksum, EthernetAddress};

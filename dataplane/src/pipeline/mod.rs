@@ -9,7 +9,7 @@
 //! → acl (the input port's ingress table) → route (per-network LPM) → acl (the output
 //! port's egress table, then the global table on uplinks) → ct commit and nat (new
 //! connections, masquerade) → mtu → neighbour → rewrite. The ct stages run when the
-//! caller passes its [`ct::Conntrack`] and there is something to track.
+//! caller passes its [`Conntrack`](crate::conntrack::Conntrack) and there is something to track.
 
 pub mod ct;
 pub mod icmp_error;
@@ -20,12 +20,12 @@ pub mod synth;
 use crate::acl::rule::Action as RuleAction;
 use crate::acl::table::{Direction, Table};
 use crate::acl::FlowKey;
-use crate::conntrack::{Dir, KeyHash};
+use crate::conntrack::{Conntrack, Dir, KeyHash};
 use crate::counters::DropReason;
 use crate::lpm;
 use crate::snapshot::{NextHopEntry, PortRole, PortState, Snapshot};
 use crate::wire::{EthernetAddress, EthernetFrame, Ipv4Packet, Ipv6Packet};
-use ct::{Conntrack, CtMark};
+use ct::CtMark;
 use std::fmt;
 use std::net::IpAddr;
 
