@@ -1,5 +1,7 @@
 //! Ferrule benchmark helpers: route tables and traffic shared by the benchmarks, and
-//! DPDK's `rte_lpm` (the baseline route table), which only the benchmarks run.
+//! the code only the benchmarks run — DPDK's `rte_lpm` (the baseline route table) and
+//! the aggregated bit-vector ACL classifier.
 
+pub mod bitvector;
 pub mod routes;
 pub mod rte_lpm;
