@@ -6,8 +6,8 @@
 use crate::config::parse_mac;
 use ferrule_api::rpc::RpcError;
 use ferrule_api::{TraceResult, TraceRun, TraceStage, TraceVerdict};
+use ferrule_dataplane::conntrack::Conntrack;
 use ferrule_dataplane::conntrack::CtConfig;
-use ferrule_dataplane::pipeline::ct::Conntrack;
 use ferrule_dataplane::pipeline::synth::{self, SynthError, SynthSpec};
 use ferrule_dataplane::pipeline::{self, icmp_error, Action, IcmpErrorKind, Punt, Recorder};
 use ferrule_dataplane::snapshot::{PortRole, Snapshot};

@@ -5,11 +5,11 @@
 //! burst at a time, counters once per burst, no locks, no heap allocation on the
 //! packet path.
 
+use crate::conntrack::Conntrack;
 use crate::conntrack::{CtBudget, CtConfig};
 use crate::counters::{DropReason, WorkerCounters, MAX_PORTS};
 use crate::ct_requests::{self, CtReply, CtRequest};
 use crate::dpdk::{Burst, Mbuf, Mempool, MAX_BURST};
-use crate::pipeline::ct::Conntrack;
 use crate::pipeline::{self, icmp_error, Action, NoTrace, Scratch};
 use crate::punt::{InjectItem, PuntItem, PuntQueues, TraceCapture, TRACE_SNAPLEN};
 use crossbeam_queue::ArrayQueue;

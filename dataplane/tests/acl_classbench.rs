@@ -1,27 +1,14 @@
 //! The ClassBench loader, the linear reference classifier, the compiled classifier
-//! (`acl::Compiled`), the decision trees alone and the bit-vector one against `rte_acl`'s own results on the
-//! shared ClassBench sets (`../shared/data/classbench/`, beside the repo).
+//! (`acl::Compiled`) and the decision trees alone against `rte_acl`'s own results on the
+//! shared ClassBench sets (`../shared/data/classbench/`, beside the repo); the
+//! bit-vector classifier's moved with it to `ferrule-perf`'s tests.
+
+#[path = "common/classbench_check.rs"]
+mod classbench_check;
 
 use ferrule_dataplane::acl::classbench::{self, LoadError};
-use ferrule_dataplane::acl::{
-    BitVectorClassifier, Classifier, Compiled, DecisionTreeClassifier, FlowKey, LinearClassifier,
-    NO_MATCH,
-};
+use ferrule_dataplane::acl::{Compiled, DecisionTreeClassifier, LinearClassifier};
 use std::path::PathBuf;
-
-/// The shared ClassBench directory; fails loudly when it is missing.
-fn data_dir() -> PathBuf {
-    let dir = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/data/classbench"
-    ));
-    assert!(
-        dir.is_dir(),
-        "ClassBench data missing: expected {} (the shared/ directory beside the repository)",
-        dir.display()
-    );
-    dir
-}
 
 /// Which classifier a check builds.
 #[derive(Debug, Clone, Copy)]
@@ -33,29 +20,12 @@ enum Under {
     },
     /// The decision trees alone (`ferrule-aclbench --alg tree`).
     Tree,
-    /// The aggregated bit vectors (`ferrule-aclbench --alg abv`).
-    Abv,
 }
 
 /// Checks a classifier on `set` against `set_expected`, on the first `limit` trace
 /// lines.
 fn check_set(set: &str, limit: usize, under: Under) {
-    let dir = data_dir();
-    let rules = classbench::load_rules(&dir.join(set)).unwrap();
-    let trace = classbench::load_trace(&dir.join(format!("{set}_trace"))).unwrap();
-    let expected_text = std::fs::read_to_string(dir.join(format!("{set}_expected"))).unwrap();
-    let expected: Vec<u32> = expected_text
-        .lines()
-        .map(|line| line.trim().parse().unwrap())
-        .collect();
-    assert_eq!(
-        trace.len(),
-        expected.len(),
-        "{set}: trace and expected lengths"
-    );
-    let trace: &[FlowKey] = &trace[..limit.min(trace.len())];
-
-    let classifier: Box<dyn Classifier> = match under {
+    classbench_check::check_set(set, limit, &under, |rules| match under {
         Under::Linear => Box::new(LinearClassifier::new(rules)),
         Under::Compiled { ipv4 } => {
             let compiled = Compiled::new(&rules).unwrap();
@@ -63,24 +33,7 @@ fn check_set(set: &str, limit: usize, under: Under) {
             Box::new(compiled)
         }
         Under::Tree => Box::new(DecisionTreeClassifier::new(&rules).unwrap()),
-        Under::Abv => Box::new(BitVectorClassifier::new(&rules).unwrap()),
-    };
-    let mut out = vec![0u32; trace.len()];
-    for (keys, out) in trace.chunks(32).zip(out.chunks_mut(32)) {
-        classifier.classify_batch(keys, out);
-    }
-    let mut matched = 0;
-    for (index, (got, want)) in out.iter().zip(&expected).enumerate() {
-        assert_eq!(
-            got,
-            want,
-            "{set} ({under:?}): trace line {} ({:?})",
-            index + 1,
-            trace[index]
-        );
-        matched += usize::from(*got != NO_MATCH);
-    }
-    assert!(matched > 0, "{set}: nothing matched");
+    });
 }
 
 #[test]
@@ -115,16 +68,6 @@ fn compiled_acl1_10k_matches_rte_acl() {
 #[test]
 fn tree_acl1_10k_matches_rte_acl() {
     check_set("acl1_10k", usize::MAX, Under::Tree);
-}
-
-#[test]
-fn abv_acl1_1k_matches_rte_acl() {
-    check_set("acl1_1k", usize::MAX, Under::Abv);
-}
-
-#[test]
-fn abv_acl1_10k_matches_rte_acl() {
-    check_set("acl1_10k", usize::MAX, Under::Abv);
 }
 
 #[test]

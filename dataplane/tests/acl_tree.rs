@@ -1,222 +1,35 @@
 //! The compiled classifier (`acl::Compiled`: RFC tables for IPv4 where they fit, else
-//! decision trees), the decision trees alone and the bit-vector classifier against the
-//! linear oracle: random
+//! decision trees) and the decision trees alone against the linear oracle (the
+//! bit-vector classifier's checks moved with it to `ferrule-perf`'s tests): random
 //! IPv4, IPv6 and mixed rule sets with keys at rule boundaries, edge cases (empty set,
 //! identical rules, /0, host prefixes, ports 0 and 65535, masked protocols), batch
 //! results against single-key results, and a synthetic wildcard-heavy set of several
 //! thousand rules for bounded build memory.
 
+#[path = "common/acl_gen.rs"]
+mod acl_gen;
+
+use acl_gen::{boundary_keys, random_keys, random_raw, rule, Families};
 use ferrule_dataplane::acl::{
-    Action, BitVectorClassifier, Classifier, Compiled, DecisionTreeClassifier, FlowKey,
-    LinearClassifier, PortRange, Prefix, Proto, Rule, NO_MATCH,
+    Action, Classifier, Compiled, DecisionTreeClassifier, FlowKey, LinearClassifier, PortRange,
+    Prefix, Proto, Rule, NO_MATCH,
 };
 use proptest::prelude::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-/// IPv4 base addresses rules and keys are drawn around, so prefixes overlap.
-const BASES_V4: [u32; 6] = [
-    0x0A00_0000,
-    0x0A01_0203,
-    0x0AFF_FFFF,
-    0xC0A8_0101,
-    0x0000_0000,
-    0xFFFF_FFFF,
-];
-
-/// IPv6 base addresses: word boundaries, the ends of the space, an IPv4-mapped one.
-const BASES_V6: [u128; 6] = [
-    0x2001_0db8_0000_0000_0000_0000_0000_0000,
-    0x2001_0db8_0000_0001_ffff_ffff_0000_0001,
-    0x2001_0db8_ffff_ffff_ffff_ffff_ffff_ffff,
-    0x0000_0000_0000_0000_0000_ffff_0a00_0001,
-    0,
-    u128::MAX,
-];
-
-/// Prefix lengths around the IPv6 word boundaries.
-const LENS_V6: [u8; 12] = [0, 1, 31, 32, 33, 63, 64, 65, 96, 127, 128, 48];
-
-/// Ports rule ranges are drawn from.
-const PORTS: [u16; 8] = [0, 1, 53, 80, 443, 1024, 65534, 65535];
-
-fn prefix_v4() -> impl Strategy<Value = Prefix> {
-    prop_oneof![
-        1 => Just(Prefix::Any),
-        1 => Just(Prefix::v4(Ipv4Addr::from(0), 0)),
-        2 => (prop::sample::select(&BASES_V4[..]), any::<u32>(), 0u8..=32).prop_map(
-            |(base, noise, len)| Prefix::v4(Ipv4Addr::from(base ^ (noise & 0x0000_0F0F)), len)
-        ),
-        2 => (prop::sample::select(&BASES_V4[..]), prop::sample::select(&[8u8, 16, 24, 31, 32][..]))
-            .prop_map(|(base, len)| Prefix::v4(Ipv4Addr::from(base), len)),
-    ]
-}
-
-fn prefix_v6() -> impl Strategy<Value = Prefix> {
-    prop_oneof![
-        1 => Just(Prefix::Any),
-        1 => Just(Prefix::v6(Ipv6Addr::UNSPECIFIED, 0)),
-        3 => (prop::sample::select(&BASES_V6[..]), any::<u32>(), prop::sample::select(&LENS_V6[..]))
-            .prop_map(|(base, noise, len)| {
-                // Perturb bits in several words so sibling prefixes appear.
-                let noise = u128::from(noise & 0x0F0F) << 64 | u128::from(noise & 0x0303);
-                Prefix::v6(Ipv6Addr::from(base ^ noise), len)
-            }),
-        1 => (prop::sample::select(&BASES_V6[..]), 0u8..=128)
-            .prop_map(|(base, len)| Prefix::v6(Ipv6Addr::from(base), len)),
-    ]
-}
-
-fn port_range() -> impl Strategy<Value = PortRange> {
-    prop_oneof![
-        2 => Just(PortRange::ANY),
-        2 => prop::sample::select(&PORTS[..]).prop_map(PortRange::single),
-        3 => (prop::sample::select(&PORTS[..]), prop::sample::select(&PORTS[..]))
-            .prop_map(|(a, b)| PortRange { lo: a.min(b), hi: a.max(b) }),
-        1 => (any::<u16>(), any::<u16>())
-            .prop_map(|(a, b)| PortRange { lo: a.min(b), hi: a.max(b) }),
-    ]
-}
-
-fn proto() -> impl Strategy<Value = Proto> {
-    prop_oneof![
-        2 => Just(Proto::Any),
-        3 => prop::sample::select(&[0u8, 1, 6, 17, 58, 132, 255][..]).prop_map(Proto::Number),
-        2 => (any::<u8>(), any::<u8>()).prop_map(|(value, mask)| Proto::Masked { value, mask }),
-    ]
-}
-
-/// Which address families a rule set holds.
-#[derive(Debug, Clone, Copy)]
-enum Families {
-    V4,
-    V6,
-    Mixed,
-}
-
-fn rule(families: Families) -> impl Strategy<Value = Rule> {
-    let prefixes = match families {
-        Families::V4 => (prefix_v4(), prefix_v4()).boxed(),
-        Families::V6 => (prefix_v6(), prefix_v6()).boxed(),
-        Families::Mixed => prop_oneof![
-            3 => (prefix_v4(), prefix_v4()),
-            3 => (prefix_v6(), prefix_v6()),
-            1 => (Just(Prefix::Any), Just(Prefix::Any)),
-        ]
-        .boxed(),
-    };
-    (prefixes, port_range(), port_range(), proto()).prop_map(
-        |((src, dst), src_port, dst_port, proto)| Rule {
-            action: Action::Permit,
-            proto,
-            src,
-            dst,
-            src_port,
-            dst_port,
-            origin: None,
-        },
-    )
-}
-
-/// A range's ends and their neighbours, within `0..=max`.
-fn around(lo: u128, hi: u128, max: u128) -> Vec<u128> {
-    let mut values = vec![lo, hi];
-    values.extend(lo.checked_sub(1));
-    values.extend(hi.checked_sub(1));
-    if lo < max {
-        values.push(lo + 1);
-    }
-    if hi < max {
-        values.push(hi + 1);
-    }
-    values
-}
-
-/// Boundary values of a prefix in the given family's address space (`v6`), or the
-/// ends of the space when the prefix is of the other family or any.
-fn address_bounds(prefix: &Prefix, v6: bool) -> Vec<u128> {
-    match (*prefix, v6) {
-        (Prefix::V4 { addr, len }, false) => {
-            let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
-            let lo = u32::from(addr) & mask;
-            around(lo.into(), (lo | !mask).into(), u32::MAX.into())
-        }
-        (Prefix::V6 { addr, len }, true) => {
-            let mask = u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0);
-            let lo = u128::from(addr) & mask;
-            around(lo, lo | !mask, u128::MAX)
-        }
-        (_, false) => vec![0, u32::MAX.into(), 0x0A00_0001],
-        (_, true) => vec![0, u128::MAX, BASES_V6[0] | 1],
-    }
-}
-
-/// Keys built from rule boundaries, each field from a possibly different rule.
-fn boundary_keys(rules: &[Rule], picks: &[(usize, [u16; 6])], families: Families) -> Vec<FlowKey> {
-    if rules.is_empty() {
-        return Vec::new();
-    }
-    picks
-        .iter()
-        .map(|&(index, choice)| {
-            let pick = |offset: u16| &rules[(index + usize::from(offset)) % rules.len()];
-            let select = |values: Vec<u128>, c: u16| values[usize::from(c) % values.len()];
-            let v6 = match families {
-                Families::V4 => false,
-                Families::V6 => true,
-                Families::Mixed => choice[5] % 2 == 1,
-            };
-            let src = select(address_bounds(&pick(choice[0]).src, v6), choice[0] >> 4);
-            let dst = select(address_bounds(&pick(choice[1]).dst, v6), choice[1] >> 4);
-            let sp = pick(choice[2]).src_port;
-            let dp = pick(choice[3]).dst_port;
-            let src_port = select(around(sp.lo.into(), sp.hi.into(), 65535), choice[2] >> 4) as u16;
-            let dst_port = select(around(dp.lo.into(), dp.hi.into(), 65535), choice[3] >> 4) as u16;
-            let proto = match pick(choice[4]).proto {
-                Proto::Any => (choice[4] >> 4) as u8,
-                Proto::Number(n) => n.wrapping_add(((choice[4] >> 4) % 3) as u8).wrapping_sub(1),
-                Proto::Masked { value, mask } => (value & mask) | ((choice[4] >> 4) as u8 & !mask),
-            };
-            if v6 {
-                FlowKey::v6(
-                    0,
-                    proto,
-                    Ipv6Addr::from(src),
-                    Ipv6Addr::from(dst),
-                    src_port,
-                    dst_port,
-                )
-            } else {
-                FlowKey::v4(
-                    0,
-                    proto,
-                    Ipv4Addr::from(src as u32),
-                    Ipv4Addr::from(dst as u32),
-                    src_port,
-                    dst_port,
-                )
-            }
-        })
-        .collect()
-}
-
-/// Classifies `keys` with the tree, the bit-vector classifier (still selectable in
-/// `ferrule-aclbench`) and the oracle: batches of several odd sizes and single keys
-/// must all agree.
+/// Classifies `keys` with the compiled classifier, the tree and the oracle: batches of
+/// several odd sizes and single keys must all agree.
 fn check(rules: Vec<Rule>, keys: &[FlowKey]) -> Result<(), TestCaseError> {
     let compiled = Compiled::new(&rules).map_err(|e| TestCaseError::fail(e.to_string()))?;
     let tree =
         DecisionTreeClassifier::new(&rules).map_err(|e| TestCaseError::fail(e.to_string()))?;
-    let abv = BitVectorClassifier::new(&rules).map_err(|e| TestCaseError::fail(e.to_string()))?;
     let linear = LinearClassifier::new(rules);
     let mut want = vec![0u32; keys.len()];
     linear.classify_batch(keys, &mut want);
-    let under: [(&str, &dyn Classifier); 3] = [
-        (compiled.ipv4_lookup(), &compiled),
-        ("tree", &tree),
-        ("abv", &abv),
-    ];
+    let under: [(&str, &dyn Classifier); 2] =
+        [(compiled.ipv4_lookup(), &compiled), ("tree", &tree)];
     for (name, classifier) in under {
         for batch in [1, 7, 32, 33, 37] {
             let mut got = vec![0u32; keys.len()];
@@ -235,14 +48,6 @@ fn check(rules: Vec<Rule>, keys: &[FlowKey]) -> Result<(), TestCaseError> {
             }
         }
     }
-    for key in keys {
-        prop_assert_eq!(
-            abv.classify(key),
-            linear.classify(key),
-            "abv single key {:?}",
-            key
-        );
-    }
     for (index, key) in keys.iter().enumerate() {
         let single = compiled.classify(key);
         prop_assert_eq!(single, linear.classify(key), "single key {:?}", key);
@@ -255,39 +60,6 @@ fn check(rules: Vec<Rule>, keys: &[FlowKey]) -> Result<(), TestCaseError> {
         );
     }
     Ok(())
-}
-
-/// Random keys of the family mix, for keys off the rule boundaries.
-fn random_keys(raw: &[(u128, u128, u8, u16, u16, bool)], families: Families) -> Vec<FlowKey> {
-    raw.iter()
-        .map(|&(s, d, proto, sp, dp, v6)| {
-            let v6 = match families {
-                Families::V4 => false,
-                Families::V6 => true,
-                Families::Mixed => v6,
-            };
-            if v6 {
-                FlowKey::v6(0, proto, Ipv6Addr::from(s), Ipv6Addr::from(d), sp, dp)
-            } else {
-                let (s, d) = (s as u32, d as u32);
-                FlowKey::v4(0, proto, Ipv4Addr::from(s), Ipv4Addr::from(d), sp, dp)
-            }
-        })
-        .collect()
-}
-
-fn random_raw() -> impl Strategy<Value = Vec<(u128, u128, u8, u16, u16, bool)>> {
-    prop::collection::vec(
-        (
-            any::<u128>(),
-            any::<u128>(),
-            any::<u8>(),
-            any::<u16>(),
-            any::<u16>(),
-            any::<bool>(),
-        ),
-        20,
-    )
 }
 
 proptest! {
@@ -610,40 +382,9 @@ fn classifier_is_send_and_sync() {
 
 #[test]
 fn wide_and_exact_rules_at_the_edges() {
-    let mut host = Rule::any(Action::Deny);
-    host.src = Prefix::v4(Ipv4Addr::new(255, 255, 255, 255), 32);
-    host.dst_port = PortRange::single(65535);
-    let mut zero = Rule::any(Action::Deny);
-    zero.dst = Prefix::v4(Ipv4Addr::new(0, 0, 0, 0), 32);
-    zero.proto = Proto::Masked {
-        value: 0x80,
-        mask: 0x80,
-    };
-    let rules = vec![host, zero, Rule::any(Action::Permit)];
-    let key = |src: [u8; 4], dst: [u8; 4], proto, dst_port| {
-        FlowKey::v4(
-            0,
-            proto,
-            Ipv4Addr::from(src),
-            Ipv4Addr::from(dst),
-            0,
-            dst_port,
-        )
-    };
-    let cases = [
-        (key([255; 4], [1; 4], 6, 65535), Some(0)),
-        (key([255; 4], [1; 4], 6, 65534), Some(2)),
-        (key([1; 4], [0; 4], 0x81, 0), Some(1)),
-        (key([1; 4], [0; 4], 0x7f, 0), Some(2)),
-        (
-            FlowKey::v6(0, 6, Ipv6Addr::LOCALHOST, Ipv6Addr::LOCALHOST, 0, 65535),
-            Some(2),
-        ),
-    ];
+    let (rules, cases) = acl_gen::edge_rules();
     let tree = Compiled::new(&rules).unwrap();
-    let abv = BitVectorClassifier::new(&rules).unwrap();
     for (key, want) in cases {
         assert_eq!(tree.classify(&key), want, "tree {key:?}");
-        assert_eq!(abv.classify(&key), want, "abv {key:?}");
     }
 }

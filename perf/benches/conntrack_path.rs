@@ -11,12 +11,13 @@
 //! - `new_connections`: SYNs of distinct tuples from the pod port (ct miss, ingress ACL
 //!   with the reflect rule, route, SNAT port allocation, insert, SNAT rewrite) into a
 //!   table filling from empty to 1M (flushed, untimed, when full);
-//! - `*/ct_nat_only`: the conntrack and NAT stages alone, as `process_burst` runs them
-//!   (`ct::lookup_burst`: hash, prefetch, lookup, `track`, reply translated back; the
-//!   SNAT prefetch hint; `ct::commit`: SNAT allocation and insert for new connections,
-//!   masquerade rewrite with incremental checksums), on the same streams already
-//!   parsed (untimed) with their route known, and for new connections the ingress
-//!   ACL's `reflect` verdict given;
+//! - `*/ct_nat_only`: the conntrack and NAT stages alone — the pipeline's own stage
+//!   functions, `pipeline::ct::lookup` (hash, prefetch, lookup, `track`, reply
+//!   translated back), `ct::commit` (the SNAT prefetch hints; the reply re-check after
+//!   an ACL change; SNAT allocation and insert for new connections, masquerade rewrite
+//!   with incremental checksums) and `ct::close_denied` — on a burst's context as the
+//!   stages before them leave it: the same streams already parsed (untimed) with their
+//!   route known, and for new connections the ingress ACL's `reflect` verdict given;
 //! - `*_ct_off`: the same frames (replies addressed to the pods) with conntrack off (no
 //!   SNAT, no ACL, no `Conntrack`): the in-run baseline.
 //!
@@ -36,20 +37,21 @@
 //! table `n` times larger than the connection count rounded up to a power of two,
 //! default 1; 1 to 16), `FERRULE_BENCH_COUNT=<bursts>` (no criterion: each
 //! case runs once for that many bursts, for `valgrind --tool=callgrind
-//! --toggle-collect='*counted*'`: the inclusive cost of `Worker::burst` and
-//! `CtPart::ct_nat_burst` is then the timed bursts' cost).
+//! --toggle-collect='*counted*'`: the inclusive cost of `Worker::burst` (the whole
+//! pipeline) and of the `stage_ct_*` functions (the conntrack and NAT stages) is then
+//! the timed bursts' cost; `--toggle-collect='*stage_ct_*'` counts the stages alone).
 
 use criterion::{black_box, Criterion, Throughput};
 use ferrule_dataplane::acl::table::{AclTables, Table};
 use ferrule_dataplane::acl::{Action as AclAction, Rule};
-use ferrule_dataplane::conntrack::{CtBudget, CtConfig, KeyHash, NoAdvice, BYTES_PER_CONNECTION};
+use ferrule_dataplane::conntrack::{Conntrack, CtBudget, CtConfig, NoAdvice, BYTES_PER_CONNECTION};
 use ferrule_dataplane::counters::{DropReason, MAX_PORTS};
 use ferrule_dataplane::dpdk::memory::HugePages;
 use ferrule_dataplane::dpdk::thread_cpu_time;
 use ferrule_dataplane::lpm::{Lpm4, Lpm6};
 use ferrule_dataplane::nat::{Cidr4, SnatPolicy, DEFAULT_PORTS};
-use ferrule_dataplane::pipeline::ct::{self, Conntrack, CtMark};
-use ferrule_dataplane::pipeline::{self, Action, NoTrace, Parsed, Scratch};
+use ferrule_dataplane::pipeline::ct::{self, CtMark, SnatHint};
+use ferrule_dataplane::pipeline::{self, Action, Burst, NoTrace, Parsed, Scratch};
 use ferrule_dataplane::snapshot::{Neighbor, Network, NextHopEntry, PortRole, PortState, Snapshot};
 use ferrule_dataplane::wire::{checksum, EthernetAddress};
 use rand::prelude::*;
@@ -123,8 +125,7 @@ const NEW_TABLE: u32 = 1 << 20;
 
 type Frame = [u8; FRAME];
 
-const SYN: u8 = 0x02;
-const ACK: u8 = 0x10;
+use ferrule_dataplane::conntrack::tcp_flags::{ACK, SYN};
 
 /// Connection `i`: one of 250 pods (10.0.0.1-250) to one of 200 servers (198.18.0.x)
 /// on 443, from a source port unique per pod.
@@ -492,21 +493,18 @@ impl Runner {
     }
 }
 
-/// The conntrack and NAT stages alone, as `process_burst` runs them, on bursts of
-/// already-parsed packets whose route is known (original direction: pod port to the
-/// uplink; replies: uplink to the pod port): `ct::lookup_burst` (hash, prefetch,
-/// lookup, `track`, replies translated back), the SNAT prefetch hint and `ct::commit`
-/// (new connections: SNAT allocation and insert; masquerade rewrite) — the same
-/// functions the pipeline calls.
+/// The conntrack and NAT stages alone: the pipeline's own stage functions
+/// (`pipeline::ct::lookup`, `ct::commit`, `ct::close_denied`) on a burst's context as
+/// the stages before them leave it — every packet parsed (untimed, by the runner) and
+/// going on, routed to the other port (original direction: pod port to the uplink;
+/// replies: uplink to the pod port), and for new connections the ingress ACL's
+/// `reflect` verdict given. The packets the stages let through are counted forwarded.
 struct CtPart {
     snap: Snapshot,
     ct: Conntrack,
     /// What the ingress ACL said of a first packet (the reflect rule).
     reflect: bool,
-    ok: [u16; pipeline::MAX_BURST],
-    hash: [KeyHash; pipeline::MAX_BURST],
-    snat: [ct::SnatHint; pipeline::MAX_BURST],
-    marks: [CtMark; pipeline::MAX_BURST],
+    scratch: Box<Scratch>,
     actions: [Action; pipeline::MAX_BURST],
     packets: u64,
 }
@@ -517,10 +515,7 @@ impl CtPart {
             snap,
             ct,
             reflect,
-            ok: [0; pipeline::MAX_BURST],
-            hash: [KeyHash::default(); pipeline::MAX_BURST],
-            snat: [ct::SnatHint::None; pipeline::MAX_BURST],
-            marks: [CtMark::None; pipeline::MAX_BURST],
+            scratch: Box::default(),
             actions: [Action::Drop(DropReason::Malformed); pipeline::MAX_BURST],
             packets: 0,
         }
@@ -528,69 +523,63 @@ impl CtPart {
 
     /// One burst received on `port`, going out of the other port.
     #[inline(never)]
-    fn ct_nat_burst(&mut self, port: u16, frames: &mut [Frame], parsed: &mut [Parsed]) {
+    fn ct_nat_burst(&mut self, port: u16, frames: &mut [Frame], parsed: &[Parsed]) {
         let n = frames.len();
         self.ct.now = 1_000 + self.packets / packets_per_ms();
         self.packets += n as u64;
         let out = if port == POD_PORT { UPLINK } else { POD_PORT };
-        let snap = &self.snap;
-        let (input, output) = (
-            &snap.ports[usize::from(port)],
-            &snap.ports[usize::from(out)],
-        );
-        for i in 0..n {
-            self.ok[i] = i as u16;
-            self.marks[i] = CtMark::None;
-        }
         let mut frames = Slots(frames);
-        let kept = ct::lookup_burst(
-            snap,
-            &mut self.ct,
-            parsed,
-            &mut self.ok[..n],
-            &mut self.hash,
-            &mut self.marks,
+        let mut t = NoTrace;
+        let Some(mut b) = Burst::new(
+            &self.snap,
+            port,
             &mut frames,
-            &mut self.actions,
-            &mut NoTrace,
-        );
-        let mut ahead = self.ct.alloc.clone();
-        for &i in &self.ok[..kept] {
-            let i = usize::from(i);
-            if self.marks[i] != CtMark::None {
-                continue;
-            }
-            self.snat[i] = ct::prefetch_snat(
-                snap,
-                &self.ct,
-                input,
-                output,
-                &parsed[i],
-                self.marks[i],
-                pipeline::Frames::frame(&frames, i),
-                &mut ahead,
-            );
+            &mut self.actions[..n],
+            &mut self.scratch,
+            Some(&mut self.ct),
+            &mut t,
+        ) else {
+            unreachable!("the bench's ports exist");
+        };
+        // As l2 leaves the burst: every packet parsed, going on, its marks cleared; and
+        // as the ACL and route stages will: the reflect verdict, the output port.
+        let s = &mut *b.s;
+        for (i, p) in parsed.iter().enumerate().take(b.n) {
+            s.parsed[i] = *p;
+            s.ok[i] = i as u16;
+            s.ct[i] = CtMark::None;
+            s.snat[i] = SnatHint::None;
+            s.reflect[i] = self.reflect;
+            s.hop[i] = (out, None);
         }
-        for &i in &self.ok[..kept] {
-            let i = usize::from(i);
-            self.actions[i] = match ct::commit(
-                snap,
-                &mut self.ct,
-                input,
-                output,
-                &parsed[i],
-                self.marks[i],
-                &self.hash[i],
-                &self.snat[i],
-                self.reflect,
-                pipeline::Frames::frame_mut(&mut frames, i),
-                &mut NoTrace,
-            ) {
-                Ok(()) => Action::Forward { port: out },
-                Err(a) => a,
-            };
+        b.n_ok = b.n;
+        stage_ct_lookup(&mut b);
+        let s = &mut *b.s;
+        s.routed[..b.n_ok].copy_from_slice(&s.ok[..b.n_ok]);
+        b.n_routed = b.n_ok;
+        stage_ct_commit(&mut b);
+        for &i in &b.s.routed[..b.n_routed] {
+            b.actions[usize::from(i)] = Action::Forward { port: out };
         }
+        stage_ct_close(&mut b);
     }
+}
+
+/// The production stages the conntrack-and-NAT cases time, each called out of line so
+/// that `valgrind --tool=callgrind --toggle-collect='*stage_ct_*'` counts exactly them.
+#[inline(never)]
+fn stage_ct_lookup(b: &mut Burst<'_, Slots<'_>, NoTrace>) {
+    ct::lookup(b);
+}
+
+#[inline(never)]
+fn stage_ct_commit(b: &mut Burst<'_, Slots<'_>, NoTrace>) {
+    ct::commit(b);
+}
+
+#[inline(never)]
+fn stage_ct_close(b: &mut Burst<'_, Slots<'_>, NoTrace>) {
+    ct::close_denied(b);
 }
 
 /// The timer: wall time, or with `FERRULE_BENCH_CPU_TIME=1` the thread's CPU time (on
@@ -742,7 +731,7 @@ fn established(n: u32, stream_len: usize) -> (Worker, Vec<Frame>, Vec<Frame>) {
 
 /// `FERRULE_BENCH_COUNT=<bursts>`: run each case once for that many bursts instead of
 /// under criterion (for `valgrind --tool=callgrind`: the per-burst functions are
-/// `Worker::burst` and `CtPart::ct_nat_burst`).
+/// `Worker::burst` and the `stage_ct_*` functions).
 fn count() -> Option<u64> {
     std::env::var("FERRULE_BENCH_COUNT")
         .ok()
@@ -884,14 +873,14 @@ fn label(n: u32) -> String {
 /// and one burst of SYNs from the pod port.
 trait NewConns {
     fn table(&mut self) -> &mut Conntrack;
-    fn syn_burst(&mut self, frames: &mut [Frame], parsed: &mut [Parsed]);
+    fn syn_burst(&mut self, frames: &mut [Frame], parsed: &[Parsed]);
 }
 
 impl NewConns for Worker {
     fn table(&mut self) -> &mut Conntrack {
         self.ct.as_mut().expect("ct")
     }
-    fn syn_burst(&mut self, frames: &mut [Frame], _: &mut [Parsed]) {
+    fn syn_burst(&mut self, frames: &mut [Frame], _: &[Parsed]) {
         self.burst(POD_PORT, frames);
         black_box(&self.actions);
     }
@@ -901,7 +890,7 @@ impl NewConns for CtPart {
     fn table(&mut self) -> &mut Conntrack {
         &mut self.ct
     }
-    fn syn_burst(&mut self, frames: &mut [Frame], parsed: &mut [Parsed]) {
+    fn syn_burst(&mut self, frames: &mut [Frame], parsed: &[Parsed]) {
         self.ct_nat_burst(POD_PORT, frames, parsed);
         black_box(&self.actions);
     }

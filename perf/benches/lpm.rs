@@ -5,10 +5,10 @@
 //! `cargo bench -p ferrule-perf --bench lpm -- --warm-up-time 1 --measurement-time 3`
 
 use criterion::{black_box, Criterion, Throughput};
-use ferrule_dataplane::dpdk::rte_lpm::{RteLpm, LOOKUP_SUCCESS};
 use ferrule_dataplane::dpdk::Eal;
 use ferrule_dataplane::lpm::{Lpm4, Lpm6, NO_ROUTE};
 use ferrule_perf::routes::{v4_addrs, v4_routes, Route4};
+use ferrule_perf::rte_lpm::{RteLpm, LOOKUP_SUCCESS};
 use rand::prelude::*;
 use std::collections::HashSet;
 use std::net::{Ipv4Addr, Ipv6Addr};

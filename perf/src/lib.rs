@@ -1,3 +1,7 @@
-//! Ferrule benchmark helpers: route tables and traffic shared by the benchmarks.
+//! Ferrule benchmark helpers: route tables and traffic shared by the benchmarks, and
+//! the code only the benchmarks run — DPDK's `rte_lpm` (the baseline route table) and
+//! the aggregated bit-vector ACL classifier.
 
+pub mod bitvector;
 pub mod routes;
+pub mod rte_lpm;

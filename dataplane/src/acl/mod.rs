@@ -1,9 +1,9 @@
 //! Access control lists: the rendered 6-tuple [`Rule`], the [`FlowKey`] (the pipeline's flow key) it is
 //! matched against, the [`LinearClassifier`] reference (the oracle every faster classifier is
 //! tested against), the compiled classifiers ([`Compiled`], the one the data path uses:
-//! RFC tables for IPv4 where they fit, decision trees otherwise and for IPv6; and the
-//! older aggregated bit vectors) and the ClassBench file formats `dpdk-test-acl`
-//! reads.
+//! RFC tables for IPv4 where they fit, decision trees otherwise and for IPv6; the older
+//! aggregated bit vectors, which only the benchmarks run, live in `ferrule-perf`) and
+//! the ClassBench file formats `dpdk-test-acl` reads.
 //!
 //! Match semantics, shared by every classifier: a rule is five independent field
 //! ranges — source prefix, destination prefix, protocol (any, exact or value/mask),
@@ -19,9 +19,9 @@
 
 #![forbid(unsafe_code)]
 
-pub mod bitvector;
 pub mod classbench;
 pub mod compiled;
+pub mod error;
 pub mod reference;
 pub mod rfc;
 pub mod rule;
@@ -29,8 +29,8 @@ pub mod table;
 pub mod tree;
 
 pub use crate::flow::FlowKey;
-pub use bitvector::{BitVectorClassifier, ClassifierError};
 pub use compiled::Compiled;
+pub use error::ClassifierError;
 pub use reference::LinearClassifier;
 pub use rfc::Rfc;
 pub use rule::{Action, PortRange, Prefix, Proto, Rule, RuleError, RuleField};

@@ -1,6 +1,8 @@
 //! Connection tracking: the per-worker connection table (zones, the netfilter TCP state
 //! machine with window tracking, UDP and ICMP echo, timeouts, limits, SNAT reply tuples)
-//! as pure logic — the pipeline stage that uses it lives elsewhere.
+//! as pure logic, and one worker's conntrack state ([`Conntrack`]: the table, the SNAT
+//! port allocator, the burst's clock) — the pipeline stages that use it live in
+//! `pipeline::ct`.
 //!
 //! One [`ConnTable`] per worker, owned and updated through `&mut`; nothing is shared and
 //! nothing is allocated after [`ConnTable::new`]. Time is injected by the caller as
@@ -12,11 +14,13 @@ mod budget;
 mod index;
 mod table;
 mod tcp;
+mod worker;
 
 pub use budget::{Allowance, CtBudget, Limit};
 pub use index::KeyHash;
 pub use table::{ConnTable, ConnView, CtStats, FreeNat, BYTES_PER_CONNECTION, MAX_ENTRIES};
 pub use tcp::{tcp_wscale, TcpState, TcpWindow};
+pub use worker::Conntrack;
 
 use crate::wire::TcpPacket;
 use serde::{Deserialize, Serialize};

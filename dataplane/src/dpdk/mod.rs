@@ -10,7 +10,6 @@ pub mod mbuf;
 pub mod memory;
 pub mod mempool;
 pub mod ring;
-pub mod rte_lpm;
 
 pub use burst::{Burst, MAX_BURST};
 pub use eal::{Eal, EalConfig};

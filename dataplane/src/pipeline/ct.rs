@@ -1,86 +1,28 @@
-//! The conntrack and NAT stages: which worker owns a packet's connection, the lookup
-//! that finds it (translating replies and ICMP errors of masqueraded connections back
-//! before anything else looks at them), whether a tracked packet may skip the ACLs,
-//! and the commit that creates connections for `reflect` permits and masqueraded pod
-//! traffic and masquerades original-direction packets.
+//! The conntrack and NAT stages, over a burst's context: the lookup ([`lookup`], after
+//! l2: which worker owns a packet's connection, the connection found and advanced,
+//! replies and ICMP errors of masqueraded connections translated back before anything
+//! else looks at them), whether a tracked packet may skip the ACLs
+//! ([`CtMark::skips_acl`]), the commit ([`commit`], after mtu: connections created for
+//! `reflect` permits and masqueraded pod traffic, original-direction packets
+//! masqueraded, replies re-checked after an ACL change) and, last, the closing of the
+//! connections the changed ACLs deny ([`close_denied`]). The per-worker state they
+//! work on is [`Conntrack`].
 
+use super::burst::{Burst, Scratch};
 use super::{trace, Action, Frames, Parsed, Stage, Tracer};
 use crate::acl::table::Direction;
-use crate::conntrack::{
-    ConnId, ConnTable, CtConfig, Dir, InsertError, KeyHash, L4Info, MemoryAdvice, Millis, Nat,
-    TrackVerdict,
-};
+use crate::conntrack::{ConnId, Conntrack, Dir, InsertError, KeyHash, L4Info, Nat, TrackVerdict};
 use crate::counters::DropReason;
 use crate::flow::{Family, FlowKey};
 use crate::nat::rewrite::{self, Endpoint};
 use crate::nat::{port_owner, PortAllocator, SnatPolicy};
 use crate::snapshot::{PortRole, PortState, Snapshot};
-use crate::wire::TcpPacket;
+use crate::wire::{IpProtocol, TcpPacket};
 use std::net::Ipv4Addr;
 
-const ICMP: u8 = 1;
-const ICMPV6: u8 = 58;
-const TCP: u8 = 6;
-
-/// One worker's connection tracking: its table, its SNAT port allocator, and the
-/// clock of the current burst.
-#[derive(Debug)]
-pub struct Conntrack {
-    pub table: ConnTable,
-    pub alloc: PortAllocator,
-    /// This worker (0-based) and how many there are.
-    pub worker: u16,
-    pub workers: u16,
-    /// Check existing connections again when the ACL state changes.
-    pub recheck: bool,
-    /// Monotonic milliseconds, set by the worker before each burst.
-    pub now: Millis,
-    /// Set while the worker runs packets another worker handed to it: they are not
-    /// handed on again.
-    pub no_handoff: bool,
-}
-
-/// How [`Conntrack::new`] backs its table: on transparent huge pages with the DPDK
-/// layer (the worker's case), on ordinary pages without it.
-#[cfg(feature = "dpdk")]
-type TableMemory = crate::dpdk::memory::HugePages;
-#[cfg(not(feature = "dpdk"))]
-type TableMemory = crate::conntrack::NoAdvice;
-
-impl Conntrack {
-    /// Worker `worker` of `workers`, with its table preallocated (on transparent huge
-    /// pages when the DPDK layer is built).
-    pub fn new(cfg: &CtConfig, worker: u16, workers: u16, recheck: bool) -> Conntrack {
-        Self::new_in(cfg, worker, workers, recheck, &TableMemory::default())
-    }
-
-    /// [`new`](Self::new) with the table's memory backed as `advice` says.
-    pub fn new_in(
-        cfg: &CtConfig,
-        worker: u16,
-        workers: u16,
-        recheck: bool,
-        advice: &impl MemoryAdvice,
-    ) -> Conntrack {
-        let seed = 0x9E37_79B9_7F4A_7C15u64 ^ (u64::from(worker) << 32) ^ std::process::id() as u64;
-        Conntrack {
-            table: ConnTable::with_seed_in(cfg, seed, advice),
-            alloc: PortAllocator::new(worker, workers, seed.rotate_left(17)),
-            worker,
-            workers: workers.max(1),
-            recheck,
-            now: 0,
-            no_handoff: false,
-        }
-    }
-
-    /// Whether the stages have anything to do for this generation: SNAT is on, a
-    /// `reflect` rule exists, or connections are still tracked.
-    #[inline]
-    pub fn active(&self, snap: &Snapshot) -> bool {
-        snap.snat.snat_addr().is_some() || snap.acl.has_reflect || !self.table.is_empty()
-    }
-}
+const ICMP: u8 = IpProtocol::ICMP.0;
+const ICMPV6: u8 = IpProtocol::ICMPV6.0;
+const TCP: u8 = IpProtocol::TCP.0;
 
 /// What the lookup found for a packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -179,81 +121,50 @@ fn l4_info(parsed: &Parsed, frame: &[u8]) -> L4Info {
     L4Info::from_tcp(&tcp, ip_payload.saturating_sub(tcp.header_len()) as u32)
 }
 
-/// The lookup stage, after l2 and before local: hands the packet to its owner, finds
-/// its connection and advances it, and translates replies and ICMP errors of
-/// masqueraded connections back to the pod (updating `parsed`).
-pub fn lookup<T: Tracer>(
-    snap: &Snapshot,
-    ct: &mut Conntrack,
-    parsed: &mut Parsed,
-    frame: &mut [u8],
-    t: &mut T,
-) -> Result<CtMark, Action> {
-    let hash = ct.table.hash(&parsed.key);
-    lookup_hashed(snap, ct, parsed, hash, frame, t)
-}
-
-/// The lookup stage for a burst: the packets `ok` lists (indices into `parsed`,
-/// `marks`, `frames` and `actions`) are hashed first; then each packet, in order, goes
-/// through [`lookup_hashed`], with the index buckets and entries of the packets a few
-/// places on prefetched just before ([`ConnTable::prefetch_ahead`]), so that the
-/// burst's table misses overlap with the work on the packets before them. The
-/// packets that go on stay in `ok`, compacted, with their mark in `marks`; the others
-/// get their action. Returns how many go on. `hash[i]` receives the hash of packet
-/// `i`'s key (as looked up), which [`commit`] takes (`hash` is indexed like `parsed`).
-#[allow(clippy::too_many_arguments)]
-#[inline]
-pub fn lookup_burst<F: Frames + ?Sized, T: Tracer>(
-    snap: &Snapshot,
-    ct: &mut Conntrack,
-    parsed: &mut [Parsed],
-    ok: &mut [u16],
-    hash: &mut [KeyHash],
-    marks: &mut [CtMark],
-    frames: &mut F,
-    actions: &mut [Action],
-    t: &mut T,
-) -> usize {
-    let n = ok.len();
+/// The lookup stage, after l2 and before local, over the packets `s.ok` lists: each
+/// packet is handed to its owner, its connection found and advanced, and replies and
+/// ICMP errors of masqueraded connections translated back to the pod (updating its
+/// parse). The keys are hashed first (`s.hash`, which the commit stage reuses); then
+/// each packet, in order, is looked up with the index buckets and entries of the
+/// packets a few places on prefetched just before ([`ConnTable::prefetch_ahead`]), so
+/// that the burst's table misses overlap with the work on the packets before them. The
+/// packets that go on stay in `s.ok` with their mark in `s.ct`; the others get their
+/// action. Nothing to do without conntrack.
+///
+/// [`ConnTable::prefetch_ahead`]: crate::conntrack::ConnTable::prefetch_ahead
+#[inline(always)]
+pub fn lookup<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
+    let Some(ct) = b.ct.as_deref_mut() else {
+        return;
+    };
+    let (snap, s) = (b.snap, &mut *b.s);
+    let n = b.n_ok;
+    let ok = &mut s.ok[..n];
     for &i in ok.iter() {
         let i = usize::from(i);
-        hash[i] = ct.table.key_hash(&parsed[i].key);
+        s.hash[i] = ct.table.key_hash(&s.parsed[i].key);
     }
     let mut kept = 0usize;
     for k in 0..n {
         ct.table
-            .prefetch_ahead(hash, k, |j| ok.get(j).map(|&i| usize::from(i)));
+            .prefetch_ahead(&mut s.hash, k, |j| ok.get(j).map(|&i| usize::from(i)));
         let i = usize::from(ok[k]);
-        let (p, frame) = (&mut parsed[i], frames.frame_mut(i));
-        match lookup_into(snap, ct, p, hash[i], frame, &mut marks[i], t) {
+        let (p, frame) = (&mut s.parsed[i], b.frames.frame_mut(i));
+        match lookup_into(snap, ct, p, s.hash[i], frame, &mut s.ct[i], b.t) {
             Ok(()) => {
                 ok[kept] = i as u16;
                 kept += 1;
             }
-            Err(a) => actions[i] = a,
+            Err(a) => b.actions[i] = a,
         }
     }
-    kept
+    b.n_ok = kept;
 }
 
-/// [`lookup`] with the packet's key already hashed by `ct.table.hash` (the pipeline
-/// hashes a whole burst first, so that its table misses overlap).
-#[inline]
-pub fn lookup_hashed<T: Tracer>(
-    snap: &Snapshot,
-    ct: &mut Conntrack,
-    parsed: &mut Parsed,
-    hash: KeyHash,
-    frame: &mut [u8],
-    t: &mut T,
-) -> Result<CtMark, Action> {
-    let mut mark = CtMark::None;
-    lookup_into(snap, ct, parsed, hash, frame, &mut mark, t).map(|()| mark)
-}
-
-/// [`lookup_hashed`] writing the mark to `mark` (the burst's array) field by field: a
-/// mark returned by value went through the stack in narrow stores and came back in
-/// one wide load, which waited for them (a store-forwarding stall per packet).
+/// The lookup of one packet, whose key hashes to `hash`, writing the mark to `mark` (the
+/// burst's array) field by field: a mark returned by value went through the stack in
+/// narrow stores and came back in one wide load, which waited for them (a
+/// store-forwarding stall per packet).
 #[inline(always)]
 fn lookup_into<T: Tracer>(
     snap: &Snapshot,
@@ -385,7 +296,7 @@ fn echo_against(parsed: &Parsed, frame: &[u8], dir: Dir) -> bool {
     parsed.l4_offset != 0 && frame.get(parsed.l4_offset) == Some(&against)
 }
 
-/// The end of [`lookup_hashed`] for a packet of no connection: an ICMP error about a
+/// The end of [`lookup_into`] for a packet of no connection: an ICMP error about a
 /// tracked connection is related to it (and translated back when it is about a
 /// masqueraded packet); anything else is not tracked (yet).
 #[inline(never)]
@@ -489,7 +400,7 @@ fn masquerades(
         && snap.snat.applies(Ipv4Addr::from(key.dst_v4()))
 }
 
-/// What [`prefetch_snat`] worked out for a packet that [`commit`] would otherwise
+/// What [`prefetch_snat`] worked out for a packet that the commit would otherwise
 /// work out again.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum SnatHint {
@@ -508,11 +419,11 @@ pub enum SnatHint {
 /// the external tuple the SNAT allocator will try first (`ahead` is a copy of the
 /// worker's allocator, advanced as the commits will advance it), so that the burst's
 /// allocation probes do not each wait for memory. Changes nothing but the caches; what
-/// it worked out is returned for [`commit`] (for the packet as it is now, in the same
+/// it worked out is returned for the commit (for the packet as it is now, in the same
 /// snapshot, between the same ports).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub fn prefetch_snat(
+fn prefetch_snat(
     snap: &Snapshot,
     ct: &Conntrack,
     input: &PortState,
@@ -554,25 +465,91 @@ fn snat_hint(
     )))
 }
 
-/// The commit stage, after the egress ACLs, for a packet about to leave through
-/// `output`: closes a connection the changed ACLs now deny (`denied`), records the
-/// ACL state a re-checked connection passed, creates the connection of a first packet
+/// The commit and NAT stage, after mtu, over the packets `s.routed` lists (each about to
+/// leave through the port `s.hop` names): first the SNAT hint of every first packet of
+/// a masqueraded connection ([`prefetch_snat`]), so that the burst's allocation probes
+/// overlap; then, packet by packet and in order, a reply of a connection the changed
+/// ACLs have not checked yet is re-checked ([`reply_recheck`]; denied: dropped as
+/// `acl-deny`, the connection closed by [`close_denied`]) and the packet committed
+/// ([`commit_one`]). The packets that go on stay in `s.routed`. Nothing to do without
+/// conntrack.
+#[inline(always)]
+pub fn commit<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
+    let Some(ct) = b.ct.as_deref_mut() else {
+        return;
+    };
+    let (snap, input, s) = (b.snap, b.port, &mut *b.s);
+    // The table buckets the burst's SNAT allocations will probe, prefetched together.
+    if snap.snat.snat_addr().is_some() {
+        let mut ahead = ct.alloc.clone();
+        for &i in &s.routed[..b.n_routed] {
+            let i = usize::from(i);
+            // Tracked packets have nothing to prefetch and the commit reads no hint for
+            // them: no call, and no hint copied through the stack.
+            if s.ct[i] != CtMark::None {
+                continue;
+            }
+            if let Some(output) = snap.ports.get(usize::from(s.hop[i].0)) {
+                s.snat[i] = prefetch_snat(
+                    snap,
+                    ct,
+                    input,
+                    output,
+                    &s.parsed[i],
+                    s.ct[i],
+                    b.frames.frame(i),
+                    &mut ahead,
+                );
+            }
+        }
+    }
+    let mut kept = 0usize;
+    for k in 0..b.n_routed {
+        let i = usize::from(s.routed[k]);
+        let out = s.hop[i].0;
+        let Some(output) = snap.ports.get(usize::from(out)) else {
+            b.actions[i] = Action::Drop(DropReason::NoRoute);
+            continue;
+        };
+        if let CtMark::Tracked {
+            id,
+            dir: Dir::Reply,
+            checked: false,
+            ..
+        } = s.ct[i]
+        {
+            if !reply_recheck(snap, ct, b.in_port, out, id, b.t) {
+                b.actions[i] = Action::Drop(DropReason::AclDeny);
+                continue;
+            }
+        }
+        match commit_one(snap, ct, input, output, s, i, b.frames.frame_mut(i), b.t) {
+            Ok(()) => {
+                s.routed[kept] = i as u16;
+                kept += 1;
+            }
+            Err(a) => b.actions[i] = a,
+        }
+    }
+    b.n_routed = kept;
+}
+
+/// The commit of packet `i` (of `s`), about to leave through `output`: records the ACL
+/// state a re-checked connection passed, creates the connection of a first packet
 /// that a `reflect` rule let through or that is masqueraded, and masquerades
-/// original-direction packets (and ICMP errors) of masqueraded connections. `hash` is
-/// the hash of `parsed.key` [`lookup_burst`] left (`ct.table.hash` of the key), `hint`
-/// what [`prefetch_snat`] returned for the packet (or [`SnatHint::None`]).
+/// original-direction packets (and ICMP errors) of masqueraded connections. It reads
+/// the packet's parse, its mark, the hash of its key [`lookup`] left, the hint
+/// [`prefetch_snat`] left (or [`SnatHint::None`]) and whether a `reflect` rule let it
+/// through.
 #[allow(clippy::too_many_arguments)]
 #[inline]
-pub fn commit<T: Tracer>(
+fn commit_one<T: Tracer>(
     snap: &Snapshot,
     ct: &mut Conntrack,
     input: &PortState,
     output: &PortState,
-    parsed: &Parsed,
-    mark: CtMark,
-    hash: &KeyHash,
-    hint: &SnatHint,
-    reflect: bool,
+    s: &Scratch,
+    i: usize,
     frame: &mut [u8],
     t: &mut T,
 ) -> Result<(), Action> {
@@ -582,22 +559,32 @@ pub fn commit<T: Tracer>(
         dir,
         checked,
         nat,
-    } = mark
+    } = s.ct[i]
     {
         if !checked {
             ct.table.set_acl_generation(id, snap.acl.generation);
         }
         if let (Dir::Original, Some(nat)) = (dir, nat) {
-            masquerade(parsed, frame, nat, t)?;
+            masquerade(&s.parsed[i], frame, nat, t)?;
         }
         return Ok(());
     }
     commit_untracked(
-        snap, ct, input, output, parsed, mark, hash, hint, reflect, frame, t,
+        snap,
+        ct,
+        input,
+        output,
+        &s.parsed[i],
+        s.ct[i],
+        &s.hash[i],
+        &s.snat[i],
+        s.reflect[i],
+        frame,
+        t,
     )
 }
 
-/// [`commit`] of a related or untracked packet.
+/// [`commit_one`] of a related or untracked packet.
 #[allow(clippy::too_many_arguments)]
 #[inline(never)]
 fn commit_untracked<T: Tracer>(
@@ -817,10 +804,10 @@ fn masquerade<T: Tracer>(
 /// uplink, the global table. Returns whether they all permit it. A denied reply is
 /// dropped as `acl-deny` and its connection closed at the end of the burst by
 /// [`close_denied`] (not here: the burst's later packets still carry marks naming
-/// it); a permitted connection is marked checked by [`commit`]. A connection gone
+/// it); a permitted connection is marked checked by [`commit_one`]. A connection gone
 /// since the lookup (closed by a SYN that reopened its tuple) is not permitted.
 #[inline(never)]
-pub fn reply_recheck<T: Tracer>(
+fn reply_recheck<T: Tracer>(
     snap: &Snapshot,
     ct: &Conntrack,
     in_port: u16,
@@ -866,12 +853,28 @@ pub fn reply_recheck<T: Tracer>(
     true
 }
 
-/// Closes the connection of a packet the changed ACLs now deny (a packet of either
-/// direction, at the end of its burst), unless the entry its mark names is no longer
-/// the connection that was checked: a connection created or checked under the rules
-/// in force (the slot of one closed earlier in the burst, reused by a new connection)
-/// is left alone.
-pub fn close_denied<T: Tracer>(ct: &mut Conntrack, mark: CtMark, generation: u64, t: &mut T) {
+/// The last stage: closes the connections of the burst's packets the changed ACLs now
+/// deny (of either direction: dropped as `acl-deny` by the ACL stages or by
+/// [`reply_recheck`]), at the end of the burst because its later packets still carry
+/// marks naming them. Nothing to do without conntrack.
+#[inline(always)]
+pub fn close_denied<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
+    let Some(ct) = b.ct.as_deref_mut() else {
+        return;
+    };
+    let generation = b.snap.acl.generation;
+    for (action, mark) in b.actions.iter().zip(&b.s.ct).take(b.n) {
+        if *action == Action::Drop(DropReason::AclDeny) {
+            close(ct, *mark, generation, b.t);
+        }
+    }
+}
+
+/// Closes the connection of a packet the changed ACLs now deny, unless the entry its
+/// mark names is no longer the connection that was checked: a connection created or
+/// checked under the rules in force (the slot of one closed earlier in the burst,
+/// reused by a new connection) is left alone.
+fn close<T: Tracer>(ct: &mut Conntrack, mark: CtMark, generation: u64, t: &mut T) {
     if let CtMark::Tracked {
         id, checked: false, ..
     } = mark
@@ -889,5 +892,148 @@ pub fn close_denied<T: Tracer>(ct: &mut Conntrack, mark: CtMark, generation: u64
             );
             ct.table.remove(id);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::burst::testing::{self, GW_MAC, POD, UPLINK, UPLINK_MAC};
+    use super::super::{l2, NoTrace};
+    use super::*;
+    use crate::acl::table::{AclTables, Table};
+    use crate::acl::{Action as RuleAction, Rule};
+    use crate::conntrack::{CtConfig, NoAdvice};
+    use crate::counters::MAX_PORTS;
+    use std::sync::Arc;
+
+    /// The test snapshot with a `reflect` table on the pod port (which makes conntrack
+    /// active; the ACL stage itself does not run here).
+    fn snapshot() -> Snapshot {
+        let mut snap = testing::snapshot();
+        let table = Table::compile(
+            "reflect".into(),
+            vec![Rule::any(RuleAction::Reflect)],
+            vec![0],
+            1,
+        )
+        .expect("compile");
+        let mut ingress = [None; MAX_PORTS];
+        ingress[usize::from(POD)] = Some(0);
+        snap.acl = Arc::new(AclTables::new(
+            vec![Arc::new(table)],
+            ingress,
+            [None; MAX_PORTS],
+            None,
+            1,
+        ));
+        snap
+    }
+
+    fn conntrack() -> Conntrack {
+        let cfg = CtConfig {
+            max_entries: 1024,
+            max_per_zone: 1024,
+            ..CtConfig::default()
+        };
+        let mut ct = Conntrack::new_in(&cfg, 0, 1, true, &NoAdvice);
+        ct.now = 1_000;
+        ct
+    }
+
+    /// One burst received on `port` through l2 and the lookup, then (every packet
+    /// `reflect`ed, routed out of the other port) the commit and the close: each
+    /// packet's mark after the lookup, and the verdicts (`Forward` for the packets the
+    /// stages let through).
+    fn burst(
+        snap: &Snapshot,
+        ct: &mut Conntrack,
+        port: u16,
+        frames: &mut [Vec<u8>],
+    ) -> (Vec<CtMark>, Vec<Action>) {
+        let out = if port == POD { UPLINK } else { POD };
+        let mut actions = vec![Action::Drop(DropReason::Malformed); frames.len()];
+        let mut s = Box::<Scratch>::default();
+        let mut t = NoTrace;
+        let mut b = Burst::new(snap, port, frames, &mut actions, &mut s, Some(ct), &mut t)
+            .expect("the port exists");
+        assert!(b.ct.is_some(), "conntrack is active");
+        l2::stage(&mut b);
+        lookup(&mut b);
+        let marks = b.s.ct[..b.n].to_vec();
+        for k in 0..b.n_ok {
+            let i = b.s.ok[k];
+            b.s.routed[k] = i;
+            b.s.hop[usize::from(i)] = (out, None);
+            b.s.reflect[usize::from(i)] = true;
+        }
+        b.n_routed = b.n_ok;
+        commit(&mut b);
+        for k in 0..b.n_routed {
+            b.actions[usize::from(b.s.routed[k])] = Action::Forward { port: out };
+        }
+        close_denied(&mut b);
+        (marks, actions)
+    }
+
+    #[test]
+    fn a_reflected_first_packet_opens_a_connection_its_reply_finds() {
+        let snap = snapshot();
+        let mut ct = conntrack();
+        let request = testing::udp4(GW_MAC, [8, 8, 8, 8], 64, 10);
+        let (marks, actions) = burst(&snap, &mut ct, POD, &mut [request.clone()]);
+        assert_eq!(marks, [CtMark::None]);
+        assert_eq!(actions, [Action::Forward { port: UPLINK }]);
+        assert_eq!(ct.table.len(), 1, "the commit opened the connection");
+
+        // The next packet of the connection is tracked, in the original direction.
+        let (marks, _) = burst(&snap, &mut ct, POD, &mut [request.clone()]);
+        assert!(
+            matches!(
+                marks[0],
+                CtMark::Tracked {
+                    dir: Dir::Original,
+                    ..
+                }
+            ),
+            "{marks:?}"
+        );
+        assert_eq!(ct.table.len(), 1);
+
+        // The reply (addresses and ports swapped, to the uplink's MAC) is its reply and
+        // skips the ACLs.
+        let mut reply = request;
+        reply[0..6].copy_from_slice(&UPLINK_MAC);
+        let (src, dst) = (reply[26..30].to_vec(), reply[30..34].to_vec());
+        reply[26..30].copy_from_slice(&dst);
+        reply[30..34].copy_from_slice(&src);
+        let (sport, dport) = (reply[34..36].to_vec(), reply[36..38].to_vec());
+        reply[34..36].copy_from_slice(&dport);
+        reply[36..38].copy_from_slice(&sport);
+        let (marks, actions) = burst(&snap, &mut ct, UPLINK, &mut [reply]);
+        assert!(
+            matches!(
+                marks[0],
+                CtMark::Tracked {
+                    dir: Dir::Reply,
+                    ..
+                }
+            ),
+            "{marks:?}"
+        );
+        assert!(marks[0].skips_acl());
+        assert_eq!(actions, [Action::Forward { port: POD }]);
+    }
+
+    #[test]
+    fn without_conntrack_the_stages_do_nothing() {
+        let snap = testing::snapshot();
+        let mut frames = vec![testing::udp4(GW_MAC, [8, 8, 8, 8], 64, 10)];
+        let ((ok, mark), _) = testing::with_burst(&snap, &mut frames, |b| {
+            l2::stage(b);
+            lookup(b);
+            (b.n_ok, b.s.ct[0])
+        });
+        assert_eq!(ok, 1);
+        assert_eq!(mark, CtMark::None);
     }
 }

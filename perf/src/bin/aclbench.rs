@@ -5,9 +5,9 @@
 use clap::{Parser, ValueEnum};
 use ferrule_dataplane::acl::classbench::{self, LoadError};
 use ferrule_dataplane::acl::{
-    BitVectorClassifier, Classifier, Compiled, DecisionTreeClassifier, FlowKey, LinearClassifier,
-    Rule,
+    Classifier, Compiled, DecisionTreeClassifier, FlowKey, LinearClassifier, Rule,
 };
+use ferrule_perf::bitvector::BitVectorClassifier;
 use std::hint::black_box;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;

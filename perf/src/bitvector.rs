@@ -1,5 +1,6 @@
 //! The aggregated bit vector (ABV) classifier: the Lucent bit-vector scheme with one
-//! aggregate bit per 64-bit word.
+//! aggregate bit per 64-bit word. Not on the data path (which classifies with
+//! `acl::Compiled`): `ferrule-aclbench --alg abv` measures it beside the others.
 //!
 //! Build: each of the five fields (source address, destination address, source port,
 //! destination port, protocol) splits its value space into elementary intervals at every
@@ -19,9 +20,10 @@
 //! first-match scan of the rules that can match it (every rule not IPv4 on both
 //! prefixes), so mixed IPv4/IPv6 rule sets classify correctly, IPv6 keys at linear speed.
 
-use super::rule::{PortRange, Prefix, Rule};
-use super::{Classifier, FlowKey, NO_MATCH};
-use crate::flow::Family;
+use ferrule_dataplane::acl::{
+    Classifier, ClassifierError, FlowKey, PortRange, Prefix, Rule, NO_MATCH,
+};
+use ferrule_dataplane::flow::Family;
 use rustc_hash::FxHashMap;
 
 /// The most memory one field's bitmaps may take before the build is refused.
@@ -29,28 +31,6 @@ pub const MAX_FIELD_BYTES: usize = 1 << 30;
 
 /// Keys resolved to interval bitmaps before any is ANDed, within one batch.
 const STAGE: usize = 32;
-
-/// A rule set a compiled classifier (bit vectors or decision trees) cannot hold.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ClassifierError {
-    /// More rules than a `u32` result can name (the all-ones value means no match).
-    #[error("{rules} rules: at most {max} can be classified")]
-    TooManyRules {
-        /// Rules given.
-        rules: usize,
-        /// The most allowed.
-        max: usize,
-    },
-    /// The classifier's tables would be too large.
-    #[error("{field}: tables would exceed {limit} bytes")]
-    TooLarge {
-        /// The part that would be too large: a bit-vector field or `decision tree`.
-        field: &'static str,
-        /// The limit: [`MAX_FIELD_BYTES`] for a bit-vector field,
-        /// [`super::tree::MAX_BYTES`] for the decision trees.
-        limit: usize,
-    },
-}
 
 /// The distinct interval bitmaps of one field, with their aggregates.
 #[derive(Debug, Default)]
@@ -460,7 +440,7 @@ impl Classifier for BitVectorClassifier {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::acl::rule::{Action, Proto, RuleField};
+    use ferrule_dataplane::acl::{Action, Proto, RuleField};
     use std::net::Ipv4Addr;
 
     fn key(dst: [u8; 4], proto: u8, dst_port: u16) -> FlowKey {

@@ -1,0 +1,263 @@
+//! The per-burst context every stage works on ([`Burst`]): the burst's inputs (snapshot,
+//! input port, frames, conntrack, tracer), its verdicts, and the per-packet arrays and
+//! index lists ([`Scratch`]) one stage hands the next.
+//!
+//! A burst is a sequence of passes, one per stage, each over the packets still going on
+//! (`Scratch::ok` up to routing, `Scratch::routed` after it), each compacting its list
+//! as packets get their verdict in `actions`. Everything per packet lives in
+//! fixed-size arrays indexed by the packet's place in the burst, allocated once per
+//! worker: no allocation per burst.
+
+use super::acl::AclScratch;
+use super::ct::{CtMark, SnatHint};
+use super::{Action, Frames, Parsed, Tracer, MAX_BURST};
+use crate::conntrack::{Conntrack, KeyHash};
+use crate::counters::DropReason;
+use crate::snapshot::{PortState, Snapshot};
+use std::net::IpAddr;
+
+/// Per-burst working arrays, allocated once per worker and reused. Per-packet arrays
+/// are indexed by the packet's place in the burst; `ok` and `routed` list the packets
+/// still going on, by that index, their lengths in [`Burst`].
+#[derive(Debug)]
+pub struct Scratch {
+    pub parsed: [Parsed; MAX_BURST],
+    /// Packets that passed the front stages, by index.
+    pub ok: [u16; MAX_BURST],
+    /// Packets still to be routed, by index; IPv4 destinations and their next hops.
+    pub(super) pending4: [u16; MAX_BURST],
+    pub(super) dst4: [u32; MAX_BURST],
+    pub(super) nh4: [u32; MAX_BURST],
+    pub(super) pending6: [u16; MAX_BURST],
+    /// Packets routed to a port, by index, and per packet its output port and gateway.
+    pub routed: [u16; MAX_BURST],
+    pub hop: [(u16, Option<IpAddr>); MAX_BURST],
+    /// Per packet, the next hop (route table value) it was routed by.
+    pub nh: [u32; MAX_BURST],
+    /// The packets an ACL table classifies in one batch.
+    pub(super) members: [u16; MAX_BURST],
+    /// Per packet, what conntrack found.
+    pub ct: [CtMark; MAX_BURST],
+    /// Per packet (indexed like `parsed`), its key's conntrack hash as the lookup made it.
+    pub hash: [KeyHash; MAX_BURST],
+    /// Per packet, what the SNAT prefetch worked out for the commit.
+    pub snat: [SnatHint; MAX_BURST],
+    /// Per packet, whether an ACL `reflect` rule let it through (the commit then
+    /// tracks its connection).
+    pub reflect: [bool; MAX_BURST],
+    pub(super) acl: AclScratch,
+}
+
+impl Default for Scratch {
+    fn default() -> Self {
+        Scratch {
+            parsed: [Parsed::EMPTY; MAX_BURST],
+            ok: [0; MAX_BURST],
+            pending4: [0; MAX_BURST],
+            dst4: [0; MAX_BURST],
+            nh4: [0; MAX_BURST],
+            pending6: [0; MAX_BURST],
+            routed: [0; MAX_BURST],
+            hop: [(0, None); MAX_BURST],
+            nh: [0; MAX_BURST],
+            members: [0; MAX_BURST],
+            ct: [CtMark::None; MAX_BURST],
+            hash: [KeyHash::default(); MAX_BURST],
+            snat: [SnatHint::None; MAX_BURST],
+            reflect: [false; MAX_BURST],
+            acl: AclScratch::default(),
+        }
+    }
+}
+
+impl Scratch {
+    /// The ACL rule hits of the last burst.
+    pub fn acl_hits(&self) -> &[super::AclHit] {
+        self.acl.hits()
+    }
+}
+
+/// One burst on its way through the stages: what every stage reads (the snapshot, the
+/// input port, the conntrack state, the tracer), the frames and their verdicts, and
+/// how many packets each list of [`Scratch`] holds. Built on the stack for each burst
+/// and passed to every stage by `&mut`; inlined into the burst function, its fields
+/// are locals, so a stage's per-packet loop reads no more through it than it would
+/// through separate arguments.
+pub struct Burst<'a, F: ?Sized, T> {
+    pub snap: &'a Snapshot,
+    /// The port the burst arrived on (configuration index) and its state.
+    pub in_port: u16,
+    pub port: &'a PortState,
+    pub frames: &'a mut F,
+    /// `actions[i]`: the verdict of frame `i`.
+    pub actions: &'a mut [Action],
+    pub s: &'a mut Scratch,
+    /// This worker's conntrack, when the stages have something to track.
+    pub ct: Option<&'a mut Conntrack>,
+    pub t: &'a mut T,
+    /// Packets in the burst.
+    pub n: usize,
+    /// How many packets `s.ok` lists (up to routing) and `s.routed` lists (after it).
+    pub n_ok: usize,
+    pub n_routed: usize,
+}
+
+impl<'a, F: Frames + ?Sized, T: Tracer> Burst<'a, F, T> {
+    /// The context of a burst received on `in_port`: at most [`MAX_BURST`] frames,
+    /// and no more than `actions` holds. `None` (and every frame dropped) when the
+    /// snapshot has no such port. Conntrack is left out when it has nothing to do in
+    /// this generation ([`Conntrack::active`]).
+    #[inline(always)]
+    pub fn new(
+        snap: &'a Snapshot,
+        in_port: u16,
+        frames: &'a mut F,
+        actions: &'a mut [Action],
+        s: &'a mut Scratch,
+        ct: Option<&'a mut Conntrack>,
+        t: &'a mut T,
+    ) -> Option<Self> {
+        let n = frames.count().min(MAX_BURST).min(actions.len());
+        s.acl.n_hits = 0;
+        let Some(port) = snap.ports.get(usize::from(in_port)) else {
+            actions[..n].fill(Action::Drop(DropReason::Malformed));
+            return None;
+        };
+        let ct = ct.filter(|c| c.active(snap));
+        Some(Burst {
+            snap,
+            in_port,
+            port,
+            frames,
+            actions,
+            s,
+            ct,
+            t,
+            n,
+            n_ok: 0,
+            n_routed: 0,
+        })
+    }
+}
+
+/// What the stages' unit tests share: a small snapshot (a pod port and an uplink in one
+/// network, a default route via a resolved gateway) and frames to run through it.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+    use crate::lpm::Lpm4;
+    use crate::snapshot::{Neighbor, NextHopEntry, PortRole};
+    use crate::wire::{checksum, EthernetAddress};
+    use rustc_hash::FxHashMap;
+    use std::net::Ipv4Addr;
+    use std::sync::Arc;
+
+    pub const POD: u16 = 0;
+    pub const UPLINK: u16 = 1;
+    pub const GW_MAC: [u8; 6] = [2, 0xfe, 0, 0, 0, 0xa];
+    pub const UPLINK_MAC: [u8; 6] = [2, 0xfe, 0, 0, 0, 0xc];
+    pub const POD_MAC: [u8; 6] = [2, 0, 0, 0, 1, 2];
+    pub const ROUTER_MAC: [u8; 6] = [2, 0, 0, 0, 9, 1];
+    pub const ROUTER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+
+    /// Pod port 0 (10.1.0.2, MTU 1500) and uplink 1 (192.0.2.10, MTU 1400): 10.1.0.2/32
+    /// to the pod, 203.0.113.0/24 blackholed, the rest via 192.0.2.1 (resolved).
+    pub fn snapshot() -> Snapshot {
+        let mut snap = Snapshot::empty();
+        let port = |name: &str, role, mac, mtu, pod_mac, local| PortState {
+            name: String::from(name),
+            dpdk_id: 0,
+            role,
+            network: 0,
+            mac: EthernetAddress(mac),
+            mtu,
+            pod_mac,
+            local_v4: vec![local],
+            local_v6: Vec::new(),
+            xconnect: None,
+        };
+        snap.ports = vec![
+            port(
+                "pod",
+                PortRole::Pod,
+                GW_MAC,
+                1500,
+                Some(EthernetAddress(POD_MAC)),
+                Ipv4Addr::new(169, 254, 1, 1),
+            ),
+            port(
+                "uplink",
+                PortRole::Uplink,
+                UPLINK_MAC,
+                1400,
+                None,
+                Ipv4Addr::new(192, 0, 2, 10),
+            ),
+        ];
+        let mut lpm = Lpm4::new();
+        lpm.insert(Ipv4Addr::new(10, 1, 0, 2), 32, 0)
+            .expect("route");
+        lpm.insert(Ipv4Addr::UNSPECIFIED, 0, 1).expect("route");
+        lpm.insert(Ipv4Addr::new(203, 0, 113, 0), 24, 2)
+            .expect("route");
+        snap.networks[0].lpm4 = Arc::new(lpm);
+        snap.next_hops = Arc::new(vec![
+            NextHopEntry::Port {
+                port: POD,
+                via: None,
+            },
+            NextHopEntry::Port {
+                port: UPLINK,
+                via: Some(IpAddr::V4(ROUTER)),
+            },
+            NextHopEntry::Blackhole,
+        ]);
+        let mut neighbors = FxHashMap::default();
+        neighbors.insert(
+            (0u16, IpAddr::V4(ROUTER)),
+            Neighbor {
+                mac: EthernetAddress(ROUTER_MAC),
+                port: UPLINK,
+            },
+        );
+        snap.neighbors = Arc::new(neighbors);
+        snap.resolve_gateways();
+        snap
+    }
+
+    /// An Ethernet/IPv4/UDP frame from the pod (to `dst_mac`) to `dst`, with `payload`
+    /// bytes of UDP payload, TTL `ttl`, DF set; checksums valid.
+    pub fn udp4(dst_mac: [u8; 6], dst: [u8; 4], ttl: u8, payload: usize) -> Vec<u8> {
+        let ip_len = 20 + 8 + payload;
+        let mut f = vec![0u8; 14 + ip_len];
+        f[0..6].copy_from_slice(&dst_mac);
+        f[6..12].copy_from_slice(&POD_MAC);
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        let len = (ip_len as u16).to_be_bytes();
+        f[14..34].copy_from_slice(&[
+            0x45, 0, len[0], len[1], 0, 1, 0x40, 0, ttl, 17, 0, 0, 10, 1, 0, 2, dst[0], dst[1],
+            dst[2], dst[3],
+        ]);
+        let c = !checksum::data(&f[14..34]);
+        f[24..26].copy_from_slice(&c.to_be_bytes());
+        f[34..36].copy_from_slice(&5000u16.to_be_bytes());
+        f[36..38].copy_from_slice(&53u16.to_be_bytes());
+        f[38..40].copy_from_slice(&((8 + payload) as u16).to_be_bytes());
+        f
+    }
+
+    /// Runs `f` on the context of a burst of `frames` received on the pod port.
+    pub fn with_burst<R>(
+        snap: &Snapshot,
+        frames: &mut [Vec<u8>],
+        f: impl FnOnce(&mut Burst<'_, [Vec<u8>], super::super::NoTrace>) -> R,
+    ) -> (R, Vec<Action>) {
+        let mut actions = vec![Action::Drop(DropReason::Malformed); frames.len()];
+        let mut s = Box::<Scratch>::default();
+        let mut t = super::super::NoTrace;
+        let mut b = Burst::new(snap, POD, frames, &mut actions, &mut s, None, &mut t)
+            .expect("the pod port exists");
+        let r = f(&mut b);
+        (r, actions)
+    }
+}

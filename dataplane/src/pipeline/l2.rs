@@ -1,0 +1,142 @@
+//! The first stage: each frame of the burst parsed ([`parse`](super::parse)) and checked
+//! at layer 2 (addressed to the input port's MAC, broadcast ARP, or IPv6 multicast for
+//! neighbour discovery); ARP is answered here. The packets that go on are listed in
+//! `s.ok`.
+
+use super::burst::Burst;
+use super::ct::{CtMark, SnatHint};
+use super::{local, net_name, parse, trace, Action, Frames, Parsed, Stage, Tracer};
+use crate::counters::DropReason;
+use crate::snapshot::{PortState, Snapshot};
+use crate::wire::EthernetFrame;
+use std::net::IpAddr;
+
+/// How many packets ahead the stage prefetches.
+const PREFETCH_AHEAD: usize = 4;
+
+/// The stage: parse and l2 for every frame of the burst, which also clears each
+/// packet's per-burst marks (conntrack, SNAT hint, `reflect`).
+#[inline(always)]
+pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
+    let (snap, port, s) = (b.snap, b.port, &mut *b.s);
+    for i in 0..PREFETCH_AHEAD.min(b.n) {
+        b.frames.prefetch(i);
+    }
+    let mut n_ok = 0usize;
+    for (i, action) in b.actions.iter_mut().enumerate().take(b.n) {
+        b.frames.prefetch(i + PREFETCH_AHEAD);
+        s.ct[i] = CtMark::None;
+        s.snat[i] = SnatHint::None;
+        s.reflect[i] = false;
+        match front(snap, port, b.frames.frame_mut(i), b.t) {
+            Ok(parsed) => {
+                s.parsed[i] = parsed;
+                s.ok[n_ok] = i as u16;
+                n_ok += 1;
+            }
+            Err(a) => *action = a,
+        }
+    }
+    b.n_ok = n_ok;
+}
+
+/// Parse and l2: `Ok(parsed)` when the packet goes on to conntrack, local and ttl,
+/// else the action that ends its path here (ARP is answered here).
+#[inline(always)]
+fn front<T: Tracer>(
+    snap: &Snapshot,
+    port: &PortState,
+    frame: &mut [u8],
+    t: &mut T,
+) -> Result<Parsed, Action> {
+    let parsed = match parse::parse(frame, port.network) {
+        Ok(p) => p,
+        Err(reason) => {
+            trace!(
+                t,
+                Stage::Parse,
+                "{} byte frame: {}",
+                frame.len(),
+                reason.name()
+            );
+            return Err(Action::Drop(reason));
+        }
+    };
+    trace!(t, Stage::Parse, "{}", parsed);
+
+    // l2: frames must be for us: our MAC, broadcast (ARP), or IPv6 multicast (ND).
+    let dst_mac = EthernetFrame::new_unchecked(&*frame).dst_addr();
+    // A multicast frame is taken only for an IPv6 multicast destination (ND): a
+    // unicast packet in a multicast frame was not sent to us to route.
+    let l2_ok = dst_mac == port.mac
+        || (dst_mac.is_broadcast() && parsed.is_arp())
+        || (dst_mac.is_multicast()
+            && parsed.is_ipv6()
+            && matches!(parsed.key.dst_ip(), IpAddr::V6(a) if a.is_multicast()));
+    if !l2_ok {
+        trace!(
+            t,
+            Stage::L2,
+            "destination {} is not {} of port {}",
+            dst_mac,
+            port.mac,
+            port.name
+        );
+        return Err(Action::Drop(DropReason::DstMacMismatch));
+    }
+    trace!(
+        t,
+        Stage::L2,
+        "destination {} accepted on port {} (network {})",
+        dst_mac,
+        port.name,
+        net_name(snap, port.network)
+    );
+
+    if parsed.is_arp() {
+        return Err(local::arp(port, frame, t));
+    }
+    Ok(parsed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::burst::testing::{self, GW_MAC, UPLINK_MAC};
+    use super::*;
+
+    #[test]
+    fn keeps_frames_for_the_port_and_drops_the_rest() {
+        let snap = testing::snapshot();
+        let mut frames = vec![
+            testing::udp4(GW_MAC, [8, 8, 8, 8], 64, 10),
+            testing::udp4(UPLINK_MAC, [8, 8, 8, 8], 64, 10),
+            vec![0u8; 10],
+            testing::udp4(GW_MAC, [1, 1, 1, 1], 64, 10),
+        ];
+        let ((ok, dst), actions) = testing::with_burst(&snap, &mut frames, |b| {
+            stage(b);
+            (
+                b.s.ok[..b.n_ok].to_vec(),
+                b.s.parsed[3].key.dst_ip().to_string(),
+            )
+        });
+        assert_eq!(ok, [0, 3]);
+        assert_eq!(dst, "1.1.1.1");
+        assert_eq!(actions[1], Action::Drop(DropReason::DstMacMismatch));
+        assert!(matches!(actions[2], Action::Drop(_)), "{:?}", actions[2]);
+    }
+
+    #[test]
+    fn clears_the_marks_of_the_last_burst() {
+        let snap = testing::snapshot();
+        let mut frames = vec![testing::udp4(GW_MAC, [8, 8, 8, 8], 64, 10)];
+        let ((hint, reflect), _) = testing::with_burst(&snap, &mut frames, |b| {
+            b.s.snat[0] = SnatHint::NoSnat;
+            b.s.reflect[0] = true;
+            stage(b);
+            (b.s.snat[0], b.s.reflect[0])
+        });
+        assert_eq!(hint, SnatHint::None);
+        assert!(!reflect);
+    }
+}

@@ -1,0 +1,180 @@
+//! The neighbour and rewrite stage, last: each packet still routed gets its next hop's
+//! MAC (the pod's, the route gateway's resolved when the snapshot was built, or the
+//! snapshot's neighbour table; unresolved: punted to the control thread to resolve),
+//! then its TTL or hop limit decremented and its MACs set ([`rewrite`]), and its
+//! verdict: forward out of its output port.
+
+use super::burst::Burst;
+use super::{trace, Action, Frames, Parsed, Punt, Stage, Tracer};
+use crate::counters::DropReason;
+use crate::snapshot::{PortRole, PortState, Snapshot};
+use crate::wire::{EthernetAddress, EthernetFrame, Ipv4Packet, Ipv6Packet};
+use std::net::IpAddr;
+
+/// The stage, over the packets `s.routed` lists: each gets its verdict.
+#[inline(always)]
+pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
+    let (snap, port, s) = (b.snap, b.port, &*b.s);
+    for &i in &s.routed[..b.n_routed] {
+        let i = usize::from(i);
+        let (out, via) = s.hop[i];
+        b.actions[i] = finish(
+            snap,
+            port,
+            &s.parsed[i],
+            out,
+            via,
+            s.nh[i],
+            b.frames.frame_mut(i),
+            b.t,
+        );
+    }
+}
+
+/// Neighbour and rewrite of a packet routed to port `out`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn finish<T: Tracer>(
+    snap: &Snapshot,
+    port: &PortState,
+    parsed: &Parsed,
+    out: u16,
+    via: Option<IpAddr>,
+    nh: u32,
+    frame: &mut [u8],
+    t: &mut T,
+) -> Action {
+    let Some(out_port) = snap.ports.get(usize::from(out)) else {
+        return Action::Drop(DropReason::NoRoute);
+    };
+    // neighbour
+    let next_mac: EthernetAddress = match (out_port.role, via) {
+        (PortRole::Pod, None) => match out_port.pod_mac {
+            Some(mac) => {
+                trace!(t, Stage::Neighbor, "pod {} at {}", out_port.name, mac);
+                mac
+            }
+            None => {
+                trace!(
+                    t,
+                    Stage::Neighbor,
+                    "pod port {} has no pod MAC",
+                    out_port.name
+                );
+                return Action::Drop(DropReason::NoNeighbour);
+            }
+        },
+        (_, Some(gw)) if matches!(snap.nh_mac.get(nh as usize), Some(Some(_))) => {
+            // The route's gateway, resolved when the generation was built.
+            let mac = snap.nh_mac[nh as usize].unwrap_or(EthernetAddress([0; 6]));
+            trace!(t, Stage::Neighbor, "{} is {}", gw, mac);
+            mac
+        }
+        (_, via) => {
+            let target = via.unwrap_or_else(|| parsed.key.dst_ip());
+            match snap.neighbor(port.network, target) {
+                Some(n) => {
+                    trace!(t, Stage::Neighbor, "{} is {}", target, n.mac);
+                    n.mac
+                }
+                None => {
+                    trace!(
+                        t,
+                        Stage::Neighbor,
+                        "{} unresolved on {}: held while it is resolved",
+                        target,
+                        out_port.name
+                    );
+                    return Action::Punt(Punt::Resolve {
+                        network: port.network,
+                        ip: target,
+                        port: out,
+                    });
+                }
+            }
+        }
+    };
+
+    // rewrite
+    rewrite(frame, parsed, out_port.mac, next_mac);
+    trace!(
+        t,
+        Stage::Rewrite,
+        "src mac {}, dst mac {}, ttl {}",
+        out_port.mac,
+        next_mac,
+        parsed.ttl - 1
+    );
+    Action::Forward { port: out }
+}
+
+/// Decrements TTL / hop limit (IPv4 checksum updated incrementally) and sets the MACs.
+#[inline]
+pub fn rewrite(frame: &mut [u8], parsed: &Parsed, src: EthernetAddress, dst: EthernetAddress) {
+    let l3 = parsed.l3_offset;
+    if parsed.is_ipv6() {
+        let mut ip = Ipv6Packet::new_unchecked(&mut frame[l3..]);
+        let hl = ip.hop_limit();
+        ip.set_hop_limit(hl.saturating_sub(1));
+    } else {
+        Ipv4Packet::new_unchecked(&mut frame[l3..]).decrement_ttl();
+    }
+    let mut eth = EthernetFrame::new_unchecked(frame);
+    eth.set_src_addr(src);
+    eth.set_dst_addr(dst);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::burst::testing::{
+        self, GW_MAC, POD, POD_MAC, ROUTER_MAC, UPLINK, UPLINK_MAC,
+    };
+    use super::*;
+    use crate::wire::checksum;
+    use std::net::Ipv4Addr;
+
+    #[test]
+    fn forwards_with_the_next_hops_mac_and_punts_the_unresolved() {
+        let snap = testing::snapshot();
+        let mut frames = vec![
+            testing::udp4(GW_MAC, [8, 8, 8, 8], 64, 10),
+            testing::udp4(GW_MAC, [10, 1, 0, 2], 64, 10),
+            testing::udp4(GW_MAC, [192, 0, 2, 77], 64, 10),
+        ];
+        let ((), actions) = testing::with_burst(&snap, &mut frames, |b| {
+            let hops = [
+                (UPLINK, Some(IpAddr::V4(testing::ROUTER)), 1),
+                (POD, None, 0),
+                (UPLINK, None, 1),
+            ];
+            for (i, (out, via, nh)) in hops.into_iter().enumerate() {
+                b.s.parsed[i] = super::super::parse(b.frames.frame(i), 0).expect("parses");
+                b.s.routed[i] = i as u16;
+                b.s.hop[i] = (out, via);
+                b.s.nh[i] = nh;
+            }
+            b.n_routed = b.n;
+            stage(b);
+        });
+        assert_eq!(actions[0], Action::Forward { port: UPLINK });
+        assert_eq!(actions[1], Action::Forward { port: POD });
+        assert_eq!(
+            actions[2],
+            Action::Punt(Punt::Resolve {
+                network: 0,
+                ip: IpAddr::V4(Ipv4Addr::new(192, 0, 2, 77)),
+                port: UPLINK
+            })
+        );
+        assert_eq!(frames[0][0..6], ROUTER_MAC);
+        assert_eq!(frames[0][6..12], UPLINK_MAC);
+        assert_eq!(frames[0][22], 63, "TTL decremented");
+        assert_eq!(
+            checksum::data(&frames[0][14..34]),
+            0xFFFF,
+            "checksum updated"
+        );
+        assert_eq!(frames[1][0..6], POD_MAC);
+        assert_eq!(frames[2][22], 64, "a punted packet is left as received");
+    }
+}
