@@ -6,8 +6,9 @@
 use crate::rpc::RpcError;
 use ferrule_dataplane::acl::table::Direction;
 use ferrule_dataplane::acl::{Action, PortRange, Prefix, Proto, Rule, RuleField};
+use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use std::collections::HashMap;
 
 /// The fields a rule may have.
@@ -384,58 +385,101 @@ impl AclApply {
         })
     }
 
-    /// The params as clients send them: rules with only their non-default fields, ports
-    /// as a number or `"LO-HI"`, `global` null when there is none.
+    /// The params as clients send them (see the [`Serialize`] impl), as a JSON value.
     pub fn to_value(&self) -> Value {
-        let tables: Vec<Value> = self
-            .tables
-            .iter()
-            .map(|t| json!({"name": t.name, "rules": t.rules.iter().map(rule_value).collect::<Vec<_>>()}))
-            .collect();
-        let attach: Vec<Value> = self
-            .attach
-            .iter()
-            .map(|a| json!({"port": a.port, "direction": a.direction.name(), "table": a.table}))
-            .collect();
-        let mut v = json!({"tables": tables, "attach": attach, "global": self.global});
-        if self.dry_run {
-            v["dry_run"] = json!(true);
-        }
-        v
+        serde_json::to_value(self).unwrap_or(Value::Null)
     }
 }
 
-/// One rule as `acl.apply` carries it: only the fields that are not "any".
+/// A port range as `acl.apply` carries it: a number, or `"LO-HI"`.
+struct Ports(PortRange);
+
+impl Serialize for Ports {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if self.0.lo == self.0.hi {
+            s.serialize_u16(self.0.lo)
+        } else {
+            s.collect_str(&format_args!("{}-{}", self.0.lo, self.0.hi))
+        }
+    }
+}
+
+/// One rule as `acl.apply` carries it: only the fields that are not "any", keys in
+/// name order (as a JSON object value lists them).
+struct RuleOut<'a>(&'a Rule);
+
+impl Serialize for RuleOut<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let r = self.0;
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("action", &format_args!("{}", r.action))?;
+        if r.dst != Prefix::Any {
+            m.serialize_entry("dst", &format_args!("{}", r.dst))?;
+        }
+        if !r.dst_port.is_any() {
+            m.serialize_entry("dst_port", &Ports(r.dst_port))?;
+        }
+        if let Some(o) = &r.origin {
+            m.serialize_entry("origin", o)?;
+        }
+        if r.proto != Proto::Any {
+            m.serialize_entry("proto", &format_args!("{}", r.proto))?;
+        }
+        if r.src != Prefix::Any {
+            m.serialize_entry("src", &format_args!("{}", r.src))?;
+        }
+        if !r.src_port.is_any() {
+            m.serialize_entry("src_port", &Ports(r.src_port))?;
+        }
+        m.end()
+    }
+}
+
+/// One rule as `acl.apply` carries it, as a JSON value.
 pub fn rule_value(r: &Rule) -> Value {
-    let mut m = Map::new();
-    m.insert("action".into(), json!(r.action.to_string()));
-    if r.proto != Proto::Any {
-        m.insert("proto".into(), json!(r.proto.to_string()));
-    }
-    for (k, p) in [("src", r.src), ("dst", r.dst)] {
-        if p != Prefix::Any {
-            m.insert(k.into(), json!(p.to_string()));
-        }
-    }
-    for (k, p) in [("src_port", r.src_port), ("dst_port", r.dst_port)] {
-        if !p.is_any() {
-            let v = if p.lo == p.hi {
-                json!(p.lo)
-            } else {
-                json!(format!("{}-{}", p.lo, p.hi))
-            };
-            m.insert(k.into(), v);
-        }
-    }
-    if let Some(o) = &r.origin {
-        m.insert("origin".into(), json!(o));
-    }
-    Value::Object(m)
+    serde_json::to_value(RuleOut(r)).unwrap_or(Value::Null)
 }
 
+struct Rules<'a>(&'a [Rule]);
+
+impl Serialize for Rules<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().map(RuleOut))
+    }
+}
+
+impl Serialize for AclTable {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(2))?;
+        m.serialize_entry("name", &self.name)?;
+        m.serialize_entry("rules", &Rules(&self.rules))?;
+        m.end()
+    }
+}
+
+impl Serialize for AclAttach {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(3))?;
+        m.serialize_entry("direction", self.direction.name())?;
+        m.serialize_entry("port", &self.port)?;
+        m.serialize_entry("table", &self.table)?;
+        m.end()
+    }
+}
+
+/// The params as clients send them: rules with only their non-default fields, ports
+/// as a number or `"LO-HI"`, `global` null when there is none, `dry_run` only when
+/// set; keys in name order. Streams: no JSON value is built in between.
 impl Serialize for AclApply {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.to_value().serialize(s)
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("attach", &self.attach)?;
+        if self.dry_run {
+            m.serialize_entry("dry_run", &true)?;
+        }
+        m.serialize_entry("global", &self.global)?;
+        m.serialize_entry("tables", &self.tables)?;
+        m.end()
     }
 }
 
@@ -451,6 +495,7 @@ impl<'de> Deserialize<'de> for AclApply {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn sample() -> Value {
         json!({

@@ -3,7 +3,8 @@
 //! dataplane's [`SnatPolicy`], and shown back.
 
 use ferrule_api::{VpcState, VpcSync};
-use ferrule_dataplane::nat::{Cidr4, SnatPolicy, DEFAULT_PORTS, NODE_PORTS};
+use ferrule_dataplane::nat::{SnatPolicy, DEFAULT_PORTS, NODE_PORTS};
+use ferrule_dataplane::wire::Ipv4Cidr;
 use std::net::Ipv4Addr;
 
 /// Why a VPC state was refused: the field (`node_ips[0]`, `snat_ports`, …) and why.
@@ -21,7 +22,7 @@ fn err(field: String, message: impl Into<String>) -> VpcError {
 }
 
 /// Parses an IPv4 CIDR with its host bits clear.
-fn cidr(text: &str, field: String) -> Result<Cidr4, VpcError> {
+fn cidr(text: &str, field: String) -> Result<Ipv4Cidr, VpcError> {
     let (a, l) = text.split_once('/').ok_or_else(|| {
         err(
             field.clone(),
@@ -49,7 +50,7 @@ fn cidr(text: &str, field: String) -> Result<Cidr4, VpcError> {
             ),
         ));
     }
-    Ok(Cidr4 { addr, len })
+    Ipv4Cidr::new(addr, len).map_err(|_| err(field, format!("{text:?}: prefix length 0-32")))
 }
 
 /// `LO-HI` minus the NodePort range.
@@ -111,7 +112,7 @@ pub fn policy(spec: &VpcSync, uplink_addrs: &[Ipv4Addr]) -> Result<SnatPolicy, V
         }
         node_ips.push(ip);
     }
-    let list = |texts: &[String], name: &str| -> Result<Vec<Cidr4>, VpcError> {
+    let list = |texts: &[String], name: &str| -> Result<Vec<Ipv4Cidr>, VpcError> {
         texts
             .iter()
             .enumerate()
@@ -172,8 +173,8 @@ pub fn check_port_shares(ports: &[(u16, u16)], workers: u16) -> Result<usize, Vp
 pub fn state(p: &SnatPolicy) -> VpcState {
     VpcState {
         node_ips: p.node_ips.iter().map(Ipv4Addr::to_string).collect(),
-        vpc_cidrs: p.vpc_cidrs.iter().map(Cidr4::to_string).collect(),
-        snat_exclude: p.exclude.iter().map(Cidr4::to_string).collect(),
+        vpc_cidrs: p.vpc_cidrs.iter().map(Ipv4Cidr::to_string).collect(),
+        snat_exclude: p.exclude.iter().map(Ipv4Cidr::to_string).collect(),
         snat_ports: p
             .ports
             .iter()

@@ -49,10 +49,11 @@ use ferrule_dataplane::counters::{DropReason, MAX_PORTS};
 use ferrule_dataplane::dpdk::memory::HugePages;
 use ferrule_dataplane::dpdk::thread_cpu_time;
 use ferrule_dataplane::lpm::{Lpm4, Lpm6};
-use ferrule_dataplane::nat::{Cidr4, SnatPolicy, DEFAULT_PORTS};
+use ferrule_dataplane::nat::{SnatPolicy, DEFAULT_PORTS};
 use ferrule_dataplane::pipeline::ct::{self, CtMark, SnatHint};
 use ferrule_dataplane::pipeline::{self, Action, Burst, NoTrace, Parsed, Scratch};
 use ferrule_dataplane::snapshot::{Neighbor, Network, NextHopEntry, PortRole, PortState, Snapshot};
+use ferrule_dataplane::wire::Ipv4Cidr;
 use ferrule_dataplane::wire::{checksum, EthernetAddress};
 use rand::prelude::*;
 use rustc_hash::FxHashMap;
@@ -269,14 +270,8 @@ fn snapshot(ct_on: bool) -> Snapshot {
         snap.snat = Arc::new(SnatPolicy {
             node_ips: vec![NODE],
             vpc_cidrs: vec![
-                Cidr4 {
-                    addr: Ipv4Addr::new(10, 0, 0, 0),
-                    len: 8,
-                },
-                Cidr4 {
-                    addr: Ipv4Addr::new(192, 0, 2, 0),
-                    len: 24,
-                },
+                Ipv4Cidr::new(Ipv4Addr::new(10, 0, 0, 0), 8).expect("valid"),
+                Ipv4Cidr::new(Ipv4Addr::new(192, 0, 2, 0), 24).expect("valid"),
             ],
             exclude: Vec::new(),
             ports: DEFAULT_PORTS.to_vec(),

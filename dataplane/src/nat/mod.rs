@@ -6,6 +6,7 @@
 
 pub mod rewrite;
 
+use crate::wire::Ipv4Cidr;
 use std::net::Ipv4Addr;
 
 /// The Kubernetes NodePort range, left out of the default SNAT port range.
@@ -14,38 +15,15 @@ pub const NODE_PORTS: (u16, u16) = (30000, 32767);
 /// The default SNAT ports: 1024-65535 without the NodePort range.
 pub const DEFAULT_PORTS: [(u16, u16); 2] = [(1024, 29999), (32768, 65535)];
 
-/// An IPv4 prefix as a network number and a length.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Cidr4 {
-    pub addr: Ipv4Addr,
-    pub len: u8,
-}
-
-impl Cidr4 {
-    /// Whether `a` is inside the prefix.
-    #[inline]
-    pub fn contains(&self, a: Ipv4Addr) -> bool {
-        // A 64-bit shift by 0..=32: no overflow, and a /0's mask is 0.
-        let mask = (u64::from(u32::MAX) << (32 - u32::from(self.len.min(32)))) as u32;
-        (u32::from(a) ^ u32::from(self.addr)) & mask == 0
-    }
-}
-
-impl std::fmt::Display for Cidr4 {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.addr, self.len)
-    }
-}
-
 /// When and how pod traffic is masqueraded. SNAT is off while `node_ips` is empty.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SnatPolicy {
     /// The node's IPs; traffic is masqueraded to the first (the primary).
     pub node_ips: Vec<Ipv4Addr>,
     /// Destinations inside these are not masqueraded (the VPC).
-    pub vpc_cidrs: Vec<Cidr4>,
+    pub vpc_cidrs: Vec<Ipv4Cidr>,
     /// Further destinations that are not masqueraded.
-    pub exclude: Vec<Cidr4>,
+    pub exclude: Vec<Ipv4Cidr>,
     /// Source ports (and ICMP echo identifiers) to masquerade to, inclusive ranges.
     pub ports: Vec<(u16, u16)>,
 }
@@ -275,11 +253,8 @@ mod tests {
     use super::*;
     use std::collections::HashSet;
 
-    fn cidr(a: [u8; 4], len: u8) -> Cidr4 {
-        Cidr4 {
-            addr: Ipv4Addr::from(a),
-            len,
-        }
+    fn cidr(a: [u8; 4], len: u8) -> Ipv4Cidr {
+        Ipv4Cidr::new(Ipv4Addr::from(a), len).expect("a prefix length 0-32")
     }
 
     #[test]

@@ -8,9 +8,10 @@ use etherparse::PacketBuilder;
 use ferrule_dataplane::acl::table::Table;
 use ferrule_dataplane::acl::{self, Action as AclAction, PortRange, Prefix, Proto, Rule};
 use ferrule_dataplane::lpm::{Lpm4, Lpm6};
-use ferrule_dataplane::nat::{Cidr4, SnatPolicy};
+use ferrule_dataplane::nat::SnatPolicy;
 use ferrule_dataplane::snapshot::{Neighbor, Network, NextHopEntry, PortRole, PortState, Snapshot};
 use ferrule_dataplane::wire::EthernetAddress;
+use ferrule_dataplane::wire::Ipv4Cidr;
 use rustc_hash::FxHashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
@@ -143,14 +144,8 @@ pub fn snat_snapshot(ports: Vec<(u16, u16)>) -> Snapshot {
     snap.snat = Arc::new(SnatPolicy {
         node_ips: vec![Ipv4Addr::from(NODE)],
         vpc_cidrs: vec![
-            Cidr4 {
-                addr: Ipv4Addr::new(192, 0, 2, 0),
-                len: 24,
-            },
-            Cidr4 {
-                addr: Ipv4Addr::new(10, 1, 0, 0),
-                len: 16,
-            },
+            Ipv4Cidr::new(Ipv4Addr::new(192, 0, 2, 0), 24).expect("valid"),
+            Ipv4Cidr::new(Ipv4Addr::new(10, 1, 0, 0), 16).expect("valid"),
         ],
         exclude: vec![],
         ports,
