@@ -62,56 +62,7 @@ fn check(rules: Vec<Rule>, keys: &[FlowKey]) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
-
-    #[test]
-    fn ipv4_matches_linear_oracle(
-        rules in prop::collection::vec(rule(Families::V4), 0..300),
-        picks in prop::collection::vec((any::<usize>(), any::<[u16; 6]>()), 200),
-        raw in random_raw(),
-    ) {
-        let mut keys = boundary_keys(&rules, &picks, Families::V4);
-        keys.extend(random_keys(&raw, Families::V4));
-        check(rules, &keys)?;
-    }
-
-    #[test]
-    fn ipv6_matches_linear_oracle(
-        rules in prop::collection::vec(rule(Families::V6), 0..300),
-        picks in prop::collection::vec((any::<usize>(), any::<[u16; 6]>()), 200),
-        raw in random_raw(),
-    ) {
-        let mut keys = boundary_keys(&rules, &picks, Families::V6);
-        keys.extend(random_keys(&raw, Families::V6));
-        check(rules, &keys)?;
-    }
-
-    #[test]
-    fn mixed_families_match_linear_oracle(
-        rules in prop::collection::vec(rule(Families::Mixed), 0..300),
-        picks in prop::collection::vec((any::<usize>(), any::<[u16; 6]>()), 200),
-        raw in random_raw(),
-    ) {
-        let mut keys = boundary_keys(&rules, &picks, Families::Mixed);
-        keys.extend(random_keys(&raw, Families::Mixed));
-        check(rules, &keys)?;
-    }
-
-    #[test]
-    fn many_identical_rules_match_linear_oracle(
-        template in rule(Families::Mixed),
-        copies in 1usize..200,
-        others in prop::collection::vec(rule(Families::Mixed), 0..20),
-        picks in prop::collection::vec((any::<usize>(), any::<[u16; 6]>()), 100),
-    ) {
-        let mut rules = others;
-        let at = rules.len() / 2;
-        rules.splice(at..at, vec![template; copies]);
-        let keys = boundary_keys(&rules, &picks, Families::Mixed);
-        check(rules, &keys)?;
-    }
-}
+acl_gen::linear_oracle_properties!();
 
 fn permit(
     src: Prefix,
