@@ -178,77 +178,30 @@ pub fn valid_pod_ref(text: &str) -> bool {
     matches!(text.split_once('/'), Some((ns, name)) if label(ns) && label(name))
 }
 
-/// An address with a prefix length, e.g. `192.0.2.10/24`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct IpCidr {
-    pub addr: IpAddr,
-    pub len: u8,
-}
+/// An address with a prefix length, e.g. `192.0.2.10/24`: the wire's one prefix type.
+pub use ferrule_dataplane::wire::IpCidr;
 
-impl IpCidr {
-    /// The network address (host bits cleared).
-    pub fn network(&self) -> IpAddr {
-        match self.addr {
-            IpAddr::V4(a) => {
-                let mask = if self.len == 0 {
-                    0
-                } else {
-                    u32::MAX << (32 - u32::from(self.len))
-                };
-                IpAddr::V4(Ipv4Addr::from(u32::from(a) & mask))
-            }
-            IpAddr::V6(a) => {
-                let mask = if self.len == 0 {
-                    0
-                } else {
-                    u128::MAX << (128 - u32::from(self.len))
-                };
-                IpAddr::V6(Ipv6Addr::from(u128::from(a) & mask))
-            }
-        }
-    }
-
-    /// Whether `ip` is inside this prefix.
-    pub fn contains(&self, ip: IpAddr) -> bool {
-        let other = IpCidr {
-            addr: ip,
-            len: self.len,
-        };
-        ip.is_ipv4() == self.addr.is_ipv4() && other.network() == self.network()
-    }
-}
-
-impl std::fmt::Display for IpCidr {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.addr, self.len)
-    }
-}
-
-impl std::str::FromStr for IpCidr {
-    type Err = String;
-
-    /// `ADDR/LEN`, or a bare address (a host route: /32 or /128).
-    fn from_str(s: &str) -> Result<IpCidr, String> {
-        let (a, l) = match s.split_once('/') {
-            Some((a, l)) => (a, Some(l)),
-            None => (s, None),
-        };
-        let addr: IpAddr = a
+/// Parses `ADDR/LEN`, or a bare address (a host route: /32 or /128).
+pub fn parse_cidr(s: &str) -> Result<IpCidr, String> {
+    let (a, l) = match s.split_once('/') {
+        Some((a, l)) => (a, Some(l)),
+        None => (s, None),
+    };
+    let addr: IpAddr = a
+        .trim()
+        .parse()
+        .map_err(|_| format!("{a:?} is not an IP address"))?;
+    let max = if addr.is_ipv4() { 32 } else { 128 };
+    let len = match l {
+        None => max,
+        Some(l) => l
             .trim()
-            .parse()
-            .map_err(|_| format!("{a:?} is not an IP address"))?;
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        let len = match l {
-            None => max,
-            Some(l) => l
-                .trim()
-                .parse::<u8>()
-                .ok()
-                .filter(|&n| n <= max)
-                .ok_or_else(|| format!("{l:?} is not a prefix length 0..={max}"))?,
-        };
-        Ok(IpCidr { addr, len })
-    }
+            .parse::<u8>()
+            .ok()
+            .filter(|&n| n <= max)
+            .ok_or_else(|| format!("{l:?} is not a prefix length 0..={max}"))?,
+    };
+    IpCidr::new(addr, len).map_err(|_| format!("{l:?} is not a prefix length 0..={max}"))
 }
 
 /// Name of the cluster default network, which always exists.
@@ -911,19 +864,16 @@ impl RawConfig {
         for (i, r) in self.route.iter().enumerate() {
             let key = |f: &str| format!("route[{i}].{f}");
             let network = net_index(&r.network, &key("network"))?;
-            let prefix: IpCidr = r
-                .prefix
-                .get_ref()
-                .parse()
-                .map_err(|e: String| ctx.err(r.prefix.span(), &key("prefix"), e))?;
-            if prefix.network() != prefix.addr {
+            let prefix = parse_cidr(r.prefix.get_ref())
+                .map_err(|e| ctx.err(r.prefix.span(), &key("prefix"), e))?;
+            if prefix.network() != prefix.address() {
                 return Err(ctx.err(
                     r.prefix.span(),
                     &key("prefix"),
                     format!(
                         "{prefix} has host bits set (the prefix is {}/{})",
                         prefix.network(),
-                        prefix.len
+                        prefix.prefix_len()
                     ),
                 ));
             }
@@ -952,7 +902,7 @@ impl RawConfig {
                                     format!("{:?} is not an IP address", v.get_ref()),
                                 )
                             })?;
-                            if ip.is_ipv4() != prefix.addr.is_ipv4() {
+                            if ip.is_ipv4() != prefix.address().is_ipv4() {
                                 return Err(ctx.err(
                                     v.span(),
                                     &key("via"),
@@ -1076,7 +1026,7 @@ impl RawVpc {
             .iter()
             .filter(|p| p.role == PortRole::Uplink)
             .flat_map(|p| p.addresses.iter())
-            .filter_map(|c| match c.addr {
+            .filter_map(|c| match c.address() {
                 IpAddr::V4(a) => Some(a),
                 IpAddr::V6(_) => None,
             })
@@ -1232,11 +1182,9 @@ fn validate_port_addressing(
                     format!("{a:?} needs its subnet's prefix length, e.g. 192.0.2.10/24"),
                 ));
             }
-            let cidr: IpCidr = a
-                .parse()
-                .map_err(|e: String| ctx.err(list.span(), &key("addresses"), e))?;
-            let max = if cidr.addr.is_ipv4() { 32 } else { 128 };
-            if cidr.len == max || cidr.network() == cidr.addr {
+            let cidr = parse_cidr(a).map_err(|e| ctx.err(list.span(), &key("addresses"), e))?;
+            let max = if cidr.address().is_ipv4() { 32 } else { 128 };
+            if cidr.prefix_len() == max || cidr.network() == cidr.address() {
                 return Err(ctx.err(
                     list.span(),
                     &key("addresses"),

@@ -241,7 +241,7 @@ impl Fib {
             local_v6.push(net.gateway_v6);
         }
         for a in &p.addresses {
-            match a.addr {
+            match a.address() {
                 IpAddr::V4(x) => local_v4.push(x),
                 IpAddr::V6(x) => local_v6.push(x),
             }
@@ -265,10 +265,7 @@ impl Fib {
     fn add_port_routes(&mut self, port: u16, p: &PortConfig) -> Result<(), FibError> {
         let net = self.ports[usize::from(port)].network;
         for ip in &p.pod_ips {
-            let host = IpCidr {
-                addr: *ip,
-                len: if ip.is_ipv4() { 32 } else { 128 },
-            };
+            let host = IpCidr::host(*ip);
             let entry = NextHopEntry::Port { port, via: None };
             self.insert(
                 net,
@@ -280,10 +277,7 @@ impl Fib {
             )?;
         }
         for a in &p.addresses {
-            let subnet = IpCidr {
-                addr: a.network(),
-                len: a.len,
-            };
+            let subnet = a.trunc();
             let entry = NextHopEntry::Port { port, via: None };
             self.insert(
                 net,
@@ -293,10 +287,7 @@ impl Fib {
                     source: RouteSource::Connected,
                 },
             )?;
-            let host = IpCidr {
-                addr: a.addr,
-                len: if a.addr.is_ipv4() { 32 } else { 128 },
-            };
+            let host = IpCidr::host(a.address());
             self.insert(
                 net,
                 host,
@@ -389,7 +380,7 @@ impl Fib {
             .nets
             .get_mut(usize::from(net))
             .ok_or_else(|| err("network", "no such network"))?;
-        let key = (prefix.network(), prefix.len);
+        let key = (prefix.network(), prefix.prefix_len());
         if let Some((old, _)) = n.routes.get(&key) {
             if !old.source.is_user() || !route.source.is_user() {
                 return Err(err(
@@ -430,13 +421,13 @@ impl Fib {
         prefix: IpCidr,
         entry: NextHopEntry,
     ) -> Result<(), FibError> {
-        if prefix.network() != prefix.addr {
+        if prefix.network() != prefix.address() {
             return Err(err(
                 "prefix",
                 format!(
                     "{prefix} has host bits set (the prefix is {}/{})",
                     prefix.network(),
-                    prefix.len
+                    prefix.prefix_len()
                 ),
             ));
         }
@@ -455,7 +446,7 @@ impl Fib {
                     ),
                 ));
             }
-            if via.is_some_and(|v| v.is_ipv4() != prefix.addr.is_ipv4()) {
+            if via.is_some_and(|v| v.is_ipv4() != prefix.address().is_ipv4()) {
                 return Err(err("via", "next hop and prefix differ in IP version"));
             }
         }
@@ -475,7 +466,7 @@ impl Fib {
             .nets
             .get_mut(usize::from(net))
             .ok_or_else(|| err("network", "no such network"))?;
-        let key = (prefix.network(), prefix.len);
+        let key = (prefix.network(), prefix.prefix_len());
         match n.routes.get(&key) {
             None => Err(err(
                 "prefix",
@@ -596,7 +587,7 @@ impl Fib {
         self.nets.get(usize::from(net)).into_iter().flat_map(|n| {
             n.routes
                 .iter()
-                .map(|(&(addr, len), &(r, _))| (IpCidr { addr, len }, r))
+                .filter_map(|(&(addr, len), &(r, _))| Some((IpCidr::new(addr, len).ok()?, r)))
         })
     }
 

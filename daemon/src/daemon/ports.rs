@@ -5,7 +5,7 @@
 //! still be using it, then stop and unplug it, returning every mbuf it held.
 
 use super::{start_port, to_value, Daemon, PortRuntime};
-use crate::config::{format_mac, parse_mac, valid_pod_ref, IpCidr, PortConfig};
+use crate::config::{format_mac, parse_cidr, parse_mac, valid_pod_ref, IpCidr, PortConfig};
 use ferrule_api::rpc::{parse_params, RpcError};
 use ferrule_api::{self as api, PortAdd, PortDel, PortInfo, PortRole};
 use ferrule_dataplane::counters::MAX_PORTS;
@@ -237,27 +237,24 @@ impl Daemon {
         for (i, text) in p.ips.iter().enumerate() {
             let field = format!("ips[{i}]");
             let cidr: IpCidr = if text.contains('/') {
-                text.parse().map_err(|e: String| bad(&field, e))?
+                parse_cidr(text).map_err(|e| bad(&field, e))?
             } else {
                 let addr: IpAddr = text
                     .parse()
                     .map_err(|_| bad(&field, format!("{text:?} is not an IP address")))?;
-                IpCidr {
-                    addr,
-                    len: if addr.is_ipv4() { 32 } else { 128 },
-                }
+                IpCidr::host(addr)
             };
-            let host = if cidr.addr.is_ipv4() { 32 } else { 128 };
+            let host = if cidr.address().is_ipv4() { 32 } else { 128 };
             if role == PortRole::Pod {
-                if cidr.len != host {
+                if cidr.prefix_len() != host {
                     return Err(bad(
                         &field,
                         format!("{text}: a pod address is a host address (/{host})"),
                     ));
                 }
-                pod_ips.push(cidr.addr);
+                pod_ips.push(cidr.address());
             } else {
-                if cidr.len == host || cidr.network() == cidr.addr {
+                if cidr.prefix_len() == host || cidr.network() == cidr.address() {
                     return Err(bad(
                         &field,
                         format!("{text}: an address on a subnet, e.g. 192.0.2.10/24"),

@@ -2,7 +2,7 @@
 //! publish a new generation. A refused change leaves the running generation as it was.
 
 use super::{to_value, NodeState};
-use crate::config::{format_mac, parse_mac, IpCidr};
+use crate::config::{format_mac, parse_cidr, parse_mac};
 use crate::fib::FibError;
 use ferrule_api::rpc::{parse_params, RpcError};
 use ferrule_api::{self as api, NeighAdd, NeighDel, NetworkFilter, RouteAdd, RouteDel};
@@ -34,10 +34,7 @@ impl NodeState {
     pub(super) fn route_add(&mut self, params: &Value) -> Result<Value, RpcError> {
         let p: RouteAdd = parse_params(params)?;
         let net = self.network_param(&p.network)?;
-        let prefix: IpCidr = p
-            .prefix
-            .parse()
-            .map_err(|e: String| RpcError::invalid_params("prefix", e))?;
+        let prefix = parse_cidr(&p.prefix).map_err(|e| RpcError::invalid_params("prefix", e))?;
         let entry = match (&p.port, p.blackhole) {
             (Some(port), false) => {
                 let port = self.port_param("port", port)?;
@@ -77,10 +74,7 @@ impl NodeState {
     pub(super) fn route_del(&mut self, params: &Value) -> Result<Value, RpcError> {
         let p: RouteDel = parse_params(params)?;
         let net = self.network_param(&p.network)?;
-        let prefix: IpCidr = p
-            .prefix
-            .parse()
-            .map_err(|e: String| RpcError::invalid_params("prefix", e))?;
+        let prefix = parse_cidr(&p.prefix).map_err(|e| RpcError::invalid_params("prefix", e))?;
         self.fib.del_route(net, prefix).map_err(fib_err)?;
         self.publish();
         tracing::info!(network = net, %prefix, "route deleted");

@@ -449,6 +449,14 @@ pub struct Ipv4Cidr {
 }
 
 impl Ipv4Cidr {
+    /// The host prefix of an address (/32).
+    pub const fn host(address: Ipv4Addr) -> Ipv4Cidr {
+        Ipv4Cidr {
+            address,
+            prefix_len: 32,
+        }
+    }
+
     /// `address/prefix_len`; [`Error::Malformed`] if `prefix_len` > 32. Host bits are
     /// kept (an interface address); [`network`](Self::network) clears them.
     pub const fn new(address: Ipv4Addr, prefix_len: u8) -> Result<Ipv4Cidr> {

@@ -456,6 +456,14 @@ pub struct Ipv6Cidr {
 }
 
 impl Ipv6Cidr {
+    /// The host prefix of an address (/128).
+    pub const fn host(address: Ipv6Addr) -> Ipv6Cidr {
+        Ipv6Cidr {
+            address,
+            prefix_len: 128,
+        }
+    }
+
     /// `address/prefix_len`; [`Error::Malformed`] if `prefix_len` > 128.
     pub const fn new(address: Ipv6Addr, prefix_len: u8) -> Result<Ipv6Cidr> {
         if prefix_len > 128 {

@@ -105,6 +105,92 @@ impl std::error::Error for Error {}
 /// The result of parsing a packet.
 pub type Result<T> = core::result::Result<T, Error>;
 
+/// An IPv4 or IPv6 address with a prefix length: the one prefix type of the
+/// configuration, the forwarding state and the control API (routes, interface
+/// addresses, subnets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IpCidr {
+    V4(Ipv4Cidr),
+    V6(Ipv6Cidr),
+}
+
+impl IpCidr {
+    /// `address/prefix_len`; [`Error::Malformed`] if the length is past the family's.
+    /// Host bits are kept (an interface address).
+    pub fn new(address: core::net::IpAddr, prefix_len: u8) -> Result<IpCidr> {
+        Ok(match address {
+            core::net::IpAddr::V4(a) => IpCidr::V4(Ipv4Cidr::new(a, prefix_len)?),
+            core::net::IpAddr::V6(a) => IpCidr::V6(Ipv6Cidr::new(a, prefix_len)?),
+        })
+    }
+
+    /// The host prefix of an address: /32 or /128.
+    pub fn host(address: core::net::IpAddr) -> IpCidr {
+        match address {
+            core::net::IpAddr::V4(a) => IpCidr::V4(Ipv4Cidr::host(a)),
+            core::net::IpAddr::V6(a) => IpCidr::V6(Ipv6Cidr::host(a)),
+        }
+    }
+
+    /// The address as given.
+    pub fn address(&self) -> core::net::IpAddr {
+        match self {
+            IpCidr::V4(c) => c.address().into(),
+            IpCidr::V6(c) => c.address().into(),
+        }
+    }
+
+    /// The prefix length.
+    pub fn prefix_len(&self) -> u8 {
+        match self {
+            IpCidr::V4(c) => c.prefix_len(),
+            IpCidr::V6(c) => c.prefix_len(),
+        }
+    }
+
+    /// The family's longest length: 32 or 128.
+    pub fn max_len(&self) -> u8 {
+        match self {
+            IpCidr::V4(_) => 32,
+            IpCidr::V6(_) => 128,
+        }
+    }
+
+    /// The network address (host bits cleared).
+    pub fn network(&self) -> core::net::IpAddr {
+        match self {
+            IpCidr::V4(c) => c.network().address().into(),
+            IpCidr::V6(c) => c.network().address().into(),
+        }
+    }
+
+    /// The same prefix with the host bits cleared (10.1.2.3/8 → 10.0.0.0/8).
+    pub fn trunc(&self) -> IpCidr {
+        match self {
+            IpCidr::V4(c) => IpCidr::V4(c.network()),
+            IpCidr::V6(c) => IpCidr::V6(c.network()),
+        }
+    }
+
+    /// Whether `ip` is inside the prefix (an address of the other family never is).
+    pub fn contains(&self, ip: core::net::IpAddr) -> bool {
+        match (self, ip) {
+            (IpCidr::V4(c), core::net::IpAddr::V4(a)) => c.contains(a),
+            (IpCidr::V6(c), core::net::IpAddr::V6(a)) => c.contains(a),
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Display for IpCidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IpCidr::V4(c) => c.fmt(f),
+            IpCidr::V6(c) => c.fmt(f),
+        }
+    }
+}
+
 /// An IP protocol number (IPv4 `protocol`, IPv6 `next header`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 #[repr(transparent)]
@@ -256,6 +342,31 @@ fn clamp(range: Range<usize>, len: usize) -> Range<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ip_cidr_both_families() {
+        use core::net::IpAddr;
+        let v4 = IpCidr::new("10.1.2.3".parse().unwrap(), 8).unwrap();
+        assert_eq!(v4.to_string(), "10.1.2.3/8");
+        assert_eq!(v4.network(), "10.0.0.0".parse::<IpAddr>().unwrap());
+        assert_eq!(v4.trunc().to_string(), "10.0.0.0/8");
+        assert!(v4.contains("10.200.0.1".parse().unwrap()));
+        assert!(!v4.contains("11.0.0.1".parse().unwrap()));
+        assert!(
+            !v4.contains("::a01:203".parse().unwrap()),
+            "never the other family"
+        );
+        assert_eq!(v4.max_len(), 32);
+        let v6 = IpCidr::host("2001:db8::1".parse().unwrap());
+        assert_eq!((v6.prefix_len(), v6.max_len()), (128, 128));
+        assert_eq!(v6.to_string(), "2001:db8::1/128");
+        assert!(IpCidr::new("10.0.0.0".parse().unwrap(), 33).is_err());
+        assert!(IpCidr::new("::".parse().unwrap(), 129).is_err());
+        assert_eq!(
+            IpCidr::new("::".parse().unwrap(), 0).unwrap().to_string(),
+            "::/0"
+        );
+    }
 
     #[test]
     fn ip_protocol_names() {
