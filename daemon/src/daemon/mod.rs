@@ -1,8 +1,9 @@
 //! The daemon: brings up the EAL, the mempool and the configured ports, assigns receive
 //! queues to workers and launches them, answers the control API, publishes forwarding
 //! snapshots, and tears everything down in order (workers, ports, memory, EAL) when it
-//! ends. Route, neighbour, ACL, VPC, conntrack and trace methods live in the
-//! submodules.
+//! ends. The forwarding state and the methods that need no EAL (route, neighbour, ACL,
+//! VPC, conntrack, trace) are [`NodeState`]'s (`state.rs`, handlers in the submodules);
+//! the [`Daemon`] adds the ports (`port.*`, `ports.list`), memory, stats and the EAL.
 
 mod acl;
 mod ct;
