@@ -30,6 +30,43 @@ pub const MAX_PORTS: usize = 32;
 /// Most networks (VRFs) one daemon serves.
 pub const MAX_NETWORKS: usize = 256;
 
+/// Largest configuration file `ferruled` reads (the demo's is 3 KiB).
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// Reads a regular file of at most `limit` bytes as UTF-8. The file is opened without
+/// blocking (a FIFO would otherwise hang the open) and checked on the open descriptor,
+/// so it cannot be swapped between the check and the read.
+pub fn read_bounded(path: &Path, limit: u64) -> Result<String, String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| format!("cannot read the configuration: {e}"))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("cannot read the configuration: {e}"))?;
+    if !meta.is_file() {
+        return Err("not a regular file: the configuration must be a file".into());
+    }
+    if meta.len() > limit {
+        return Err(format!(
+            "{} bytes: a configuration is at most {limit} bytes",
+            meta.len()
+        ));
+    }
+    let mut text = String::new();
+    // A file growing while read still stops at the limit.
+    file.take(limit + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("cannot read the configuration: {e}"))?;
+    if text.len() as u64 > limit {
+        return Err(format!("a configuration is at most {limit} bytes"));
+    }
+    Ok(text)
+}
+
 /// A configuration error: where (file, line, key) and what.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{source_name}{}: {message}", line.map(|l| format!(":{l}")).unwrap_or_default())]
@@ -108,12 +145,39 @@ pub struct EalSection {
     pub extra_args: Vec<String>,
 }
 
-/// `[control]`.
+/// `[control]`: the control socket, who may use it, what one client may hold, and
+/// what `port.add` may touch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ControlSection {
     pub socket: PathBuf,
+    /// Permission bits of the socket file (0600 unless a group or others are allowed).
+    pub socket_mode: u32,
+    /// Group of the socket file (a gid), for `allowed_gids` clients to reach it.
+    pub socket_group: Option<u32>,
+    /// Peers (SO_PEERCRED) whose uid is listed may use the socket.
+    pub allowed_uids: Vec<u32>,
+    /// Peers whose primary gid is listed may use the socket.
+    pub allowed_gids: Vec<u32>,
     pub max_request_bytes: usize,
     pub max_clients: usize,
+    /// Connections one peer process may hold.
+    pub max_clients_per_peer: usize,
+    /// Of `max_clients`, slots only root may take.
+    pub root_reserved_clients: usize,
+    /// Requests in one JSON-RPC batch.
+    pub max_batch: usize,
+    /// A connection with no request and no reply for this long is closed.
+    pub idle_timeout_s: u64,
+    /// A request line started and not finished within this is answered and dropped.
+    pub request_timeout_s: u64,
+    /// Directories vhost-user sockets of `port.add` may be created in.
+    pub vhost_dirs: Vec<PathBuf>,
+    /// Directories memif sockets of `port.add` may live in.
+    pub memif_dirs: Vec<PathBuf>,
+    /// Directories pcap files of `port.add` (tests) may be read from and written to.
+    pub pcap_dirs: Vec<PathBuf>,
+    /// Whether `port.add` accepts raw DPDK devargs (the configuration file always may).
+    pub allow_raw_devargs: bool,
 }
 
 /// `[dataplane]`.
@@ -468,16 +532,47 @@ impl Default for RawEal {
 #[serde(deny_unknown_fields, default)]
 struct RawControl {
     socket: PathBuf,
+    socket_mode: Spanned<u32>,
+    socket_group: Option<u32>,
+    allowed_uids: Vec<u32>,
+    allowed_gids: Vec<u32>,
     max_request_bytes: Spanned<usize>,
     max_clients: Spanned<usize>,
+    max_clients_per_peer: Spanned<usize>,
+    root_reserved_clients: Spanned<usize>,
+    max_batch: Spanned<usize>,
+    idle_timeout_s: Spanned<u64>,
+    request_timeout_s: Spanned<u64>,
+    vhost_dirs: Spanned<Vec<PathBuf>>,
+    memif_dirs: Spanned<Vec<PathBuf>>,
+    pcap_dirs: Spanned<Vec<PathBuf>>,
+    allow_raw_devargs: bool,
 }
+
+/// Where `port.add` creates vhost-user sockets by default (mounted into pods).
+pub const DEFAULT_VHOST_DIR: &str = "/run/ferrule/vhost";
+/// Where memif sockets of `port.add` live by default.
+pub const DEFAULT_MEMIF_DIR: &str = "/run/ferrule/memif";
 
 impl Default for RawControl {
     fn default() -> Self {
         RawControl {
             socket: PathBuf::from(DEFAULT_SOCKET),
+            socket_mode: Spanned::new(0..0, 0o600),
+            socket_group: None,
+            allowed_uids: vec![0],
+            allowed_gids: Vec::new(),
             max_request_bytes: Spanned::new(0..0, DEFAULT_MAX_REQUEST_BYTES),
             max_clients: Spanned::new(0..0, 256),
+            max_clients_per_peer: Spanned::new(0..0, 32),
+            root_reserved_clients: Spanned::new(0..0, 8),
+            max_batch: Spanned::new(0..0, 1024),
+            idle_timeout_s: Spanned::new(0..0, 300),
+            request_timeout_s: Spanned::new(0..0, 10),
+            vhost_dirs: Spanned::new(0..0, vec![PathBuf::from(DEFAULT_VHOST_DIR)]),
+            memif_dirs: Spanned::new(0..0, vec![PathBuf::from(DEFAULT_MEMIF_DIR)]),
+            pcap_dirs: Spanned::new(0..0, Vec::new()),
+            allow_raw_devargs: false,
         }
     }
 }
@@ -654,13 +749,16 @@ impl Ctx<'_> {
 
 impl Config {
     /// Reads and validates a configuration file.
+    /// Only a regular file of at most [`MAX_CONFIG_BYTES`] is read: a device, a FIFO or
+    /// a directory is refused before anything is read from it.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        let fail = |message: String| ConfigError {
             source_name: path.display().to_string(),
             line: None,
             key: None,
-            message: format!("cannot read the configuration: {e}"),
-        })?;
+            message,
+        };
+        let text = read_bounded(path, MAX_CONFIG_BYTES).map_err(fail)?;
         Config::parse(&text, &path.display().to_string())
     }
 
@@ -1294,18 +1392,82 @@ impl RawControl {
             "control.max_request_bytes",
             1024..=64 << 20,
         )?;
-        let clients = *self.max_clients.get_ref();
-        if clients == 0 {
+        let clients = ctx.in_range(&self.max_clients, "control.max_clients", 1..=65536)?;
+        let per_peer = ctx.in_range(
+            &self.max_clients_per_peer,
+            "control.max_clients_per_peer",
+            1..=clients,
+        )?;
+        let reserved = ctx.in_range(
+            &self.root_reserved_clients,
+            "control.root_reserved_clients",
+            0..=clients - 1,
+        )?;
+        let mode = *self.socket_mode.get_ref();
+        if mode & !0o666 != 0 || mode & 0o600 != 0o600 {
             return Err(ctx.err(
-                self.max_clients.span(),
-                "control.max_clients",
-                "must be at least 1",
+                self.socket_mode.span(),
+                "control.socket_mode",
+                format!(
+                    "{mode:#o}: read and write for the owner (0o600), optionally for the \
+                     group (0o660) or others (0o666); no execute or special bits"
+                ),
             ));
         }
+        if self.allowed_uids.is_empty() && self.allowed_gids.is_empty() {
+            return Err(ctx.err(
+                0..0,
+                "control.allowed_uids",
+                "no uid and no gid may use the socket: list at least one (0 is root)",
+            ));
+        }
+        let dirs = |v: &Spanned<Vec<PathBuf>>, key: &str| -> Result<Vec<PathBuf>, ConfigError> {
+            for d in v.get_ref() {
+                let clean = d.is_absolute()
+                    && d.components().all(|c| {
+                        matches!(
+                            c,
+                            std::path::Component::RootDir | std::path::Component::Normal(_)
+                        )
+                    });
+                if !clean || d.parent().is_none() {
+                    return Err(ctx.err(
+                        v.span(),
+                        key,
+                        format!(
+                            "{}: an absolute directory other than /, without . or ..",
+                            d.display()
+                        ),
+                    ));
+                }
+            }
+            Ok(v.get_ref().clone())
+        };
         Ok(ControlSection {
             socket: self.socket,
+            socket_mode: mode,
+            socket_group: self.socket_group,
+            allowed_uids: self.allowed_uids,
+            allowed_gids: self.allowed_gids,
             max_request_bytes: max,
             max_clients: clients,
+            max_clients_per_peer: per_peer,
+            root_reserved_clients: reserved,
+            max_batch: ctx.in_range(&self.max_batch, "control.max_batch", 1..=100_000)?,
+            idle_timeout_s: ctx.in_range(
+                &self.idle_timeout_s,
+                "control.idle_timeout_s",
+                1..=86_400,
+            )?,
+            request_timeout_s: ctx.in_range(
+                &self.request_timeout_s,
+                "control.request_timeout_s",
+                1..=3_600,
+            )?,
+            vhost_dirs: dirs(&self.vhost_dirs, "control.vhost_dirs")?,
+            memif_dirs: dirs(&self.memif_dirs, "control.memif_dirs")?,
+            pcap_dirs: dirs(&self.pcap_dirs, "control.pcap_dirs")?,
+            allow_raw_devargs: self.allow_raw_devargs,
         })
     }
 }
@@ -1664,5 +1826,82 @@ port = "up"
             assert!(e.message.contains(words), "{key}: {e}");
             assert!(e.line.is_some(), "{key}: {e}");
         }
+    }
+
+    #[test]
+    fn control_defaults_and_limits() {
+        let c = Config::embedded_default().unwrap().control;
+        assert_eq!(c.socket_mode, 0o600);
+        assert_eq!(c.allowed_uids, vec![0]);
+        assert!(c.allowed_gids.is_empty());
+        assert_eq!(c.vhost_dirs, vec![PathBuf::from(DEFAULT_VHOST_DIR)]);
+        assert!(c.pcap_dirs.is_empty() && !c.allow_raw_devargs);
+        assert!(c.root_reserved_clients < c.max_clients);
+        let base = EMBEDDED_DEFAULT.replacen(
+            "[control]\n",
+            "[control]\nsocket_mode = 0o660\nsocket_group = 120\nallowed_gids = [120]\n\
+             vhost_dirs = [\"/srv/vhost\"]\npcap_dirs = [\"/srv/pcap\"]\n",
+            1,
+        );
+        let c = parse(&base).unwrap().control;
+        assert_eq!((c.socket_mode, c.socket_group), (0o660, Some(120)));
+        assert_eq!(c.pcap_dirs, vec![PathBuf::from("/srv/pcap")]);
+        for (line, key, words) in [
+            ("socket_mode = 0o755", "control.socket_mode", "execute"),
+            ("socket_mode = 0o066", "control.socket_mode", "owner"),
+            ("allowed_uids = []", "control.allowed_uids", "at least one"),
+            ("vhost_dirs = [\"run/x\"]", "control.vhost_dirs", "absolute"),
+            (
+                "vhost_dirs = [\"/run/../etc\"]",
+                "control.vhost_dirs",
+                "absolute",
+            ),
+            ("pcap_dirs = [\"/\"]", "control.pcap_dirs", "other than /"),
+            ("max_batch = 0", "control.max_batch", "outside"),
+            (
+                "max_clients_per_peer = 300",
+                "control.max_clients_per_peer",
+                "outside",
+            ),
+            (
+                "root_reserved_clients = 256",
+                "control.root_reserved_clients",
+                "outside",
+            ),
+            ("idle_timeout_s = 0", "control.idle_timeout_s", "outside"),
+        ] {
+            let text = EMBEDDED_DEFAULT.replacen("[control]\n", &format!("[control]\n{line}\n"), 1);
+            let e = parse(&text).expect_err(line);
+            assert_eq!(e.key.as_deref(), Some(key), "{line}: {e}");
+            assert!(e.message.contains(words), "{line}: {e}");
+        }
+    }
+
+    #[test]
+    fn only_small_regular_files_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Config::load(Path::new("/dev/zero")).unwrap_err();
+        assert!(e.message.contains("not a regular file"), "{e}");
+        let e = Config::load(dir.path()).unwrap_err();
+        assert!(e.message.contains("not a regular file"), "{e}");
+        let fifo = dir.path().join("fifo");
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
+        let e = Config::load(&fifo).unwrap_err();
+        assert!(e.message.contains("not a regular file"), "{e}");
+        let big = dir.path().join("big.toml");
+        let mut text = EMBEDDED_DEFAULT.to_string();
+        while (text.len() as u64) <= MAX_CONFIG_BYTES {
+            text.push_str("# padding padding padding padding padding padding padding\n");
+        }
+        std::fs::write(&big, &text).unwrap();
+        let e = Config::load(&big).unwrap_err();
+        assert!(e.message.contains("at most 1048576 bytes"), "{e}");
+        let ok = dir.path().join("ok.toml");
+        std::fs::write(&ok, EMBEDDED_DEFAULT).unwrap();
+        Config::load(&ok).unwrap();
     }
 }
