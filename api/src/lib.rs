@@ -112,21 +112,81 @@ pub mod port_method {
     pub const DEL: &str = "port.del";
 }
 
-/// Params of `port.add`: exactly one of `vhost_user` and `devargs`.
+/// A device `port.add` may create, by kind, with typed parameters. Ferrule builds the
+/// DPDK devargs itself; paths must lie under the daemon's configured directories.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum PortDevice {
+    /// A kernel interface (a pod's veth, an uplink) through `net_af_packet`.
+    AfPacket {
+        /// Interface name, 1-15 characters.
+        iface: String,
+    },
+    /// A kernel interface through `net_af_xdp` (needs kernel and driver support).
+    AfXdp {
+        iface: String,
+        /// First queue of the interface to bind; default 0.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        start_queue: Option<u16>,
+    },
+    /// A TAP interface Ferrule creates, through `net_tap`.
+    Tap { iface: String },
+    /// A shared-memory packet interface, through `net_memif`; the socket lies under
+    /// `[control] memif_dirs`.
+    Memif {
+        socket: String,
+        /// `server` (default: Ferrule creates the socket) or `client`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        role: Option<String>,
+        /// Interface id on the socket; default 0.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<u32>,
+    },
+    /// A device that drops what it is sent and receives nothing (`net_null`).
+    Null,
+    /// Packets read from and written to pcap files under `[control] pcap_dirs`
+    /// (`net_pcap`; for tests). `tx_pcap` must not exist yet.
+    Pcap {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rx_pcap: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tx_pcap: Option<String>,
+    },
+}
+
+impl PortDevice {
+    /// The kind as written on the wire (`af_packet`, `memif`, …).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            PortDevice::AfPacket { .. } => "af_packet",
+            PortDevice::AfXdp { .. } => "af_xdp",
+            PortDevice::Tap { .. } => "tap",
+            PortDevice::Memif { .. } => "memif",
+            PortDevice::Null => "null",
+            PortDevice::Pcap { .. } => "pcap",
+        }
+    }
+}
+
+/// Params of `port.add`: exactly one of `vhost_user`, `device` and `devargs`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct PortAdd {
     pub name: String,
-    /// A vhost-user socket path: the pod is a virtio device on it.
+    /// A vhost-user socket path under `[control] vhost_dirs`: the pod is a virtio
+    /// device on it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vhost_user: Option<String>,
     /// vhost-user: `server` (default: Ferrule creates the socket) or `client`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
-    /// Queue pairs (vhost-user) or receive queues (devargs); default 1.
+    /// Queue pairs (vhost-user) or receive queues (other devices); default 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queues: Option<u16>,
-    /// Any other DPDK device, as devargs.
+    /// Any other supported device, by kind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<PortDevice>,
+    /// Raw DPDK devargs: refused unless the daemon sets `[control] allow_raw_devargs`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub devargs: Option<String>,
     /// Default `pod`.

@@ -5,7 +5,7 @@ use super::{params, CtlError, Ctx};
 use crate::table::Table;
 use clap::{ArgGroup, Args, Subcommand, ValueEnum};
 use ferrule_api::PortsList;
-use ferrule_api::{port_method, PortAdd, PortDel, PortDeleted, PortInfo, PortRole};
+use ferrule_api::{port_method, PortAdd, PortDel, PortDeleted, PortDevice, PortInfo, PortRole};
 
 pub const PORT_LONG_ABOUT: &str = "\
 Attach a port to a running ferruled, or detach one, without a restart.
@@ -14,8 +14,13 @@ A pod attaches over vhost-user (as in Calico/VPP, the userspace CNI or OVS-DPDK'
 dpdkvhostuser ports): its virtio device and Ferrule share memory through a Unix socket.
 In server mode (the default) Ferrule creates the socket (its directory with mode 0700)
 and the pod connects; in client mode the pod serves the socket and Ferrule connects,
-and reconnects whenever either side restarts. Any other DPDK device attaches with
---devargs (a kernel pod's veth through net_af_packet, net_tap, net_memif, …).
+and reconnects whenever either side restarts. Other devices attach by kind: a kernel
+interface (a pod's veth, an uplink) with --af-packet or --af-xdp, a TAP interface
+Ferrule creates with --tap, a memif socket with --memif, a sink with --null, pcap files
+with --rx-pcap/--tx-pcap (tests). ferruled builds the DPDK devargs itself and checks
+every name and path first: sockets and files only under the directories its
+configuration allows ([control] vhost_dirs, memif_dirs, pcap_dirs), never over an
+existing file. Raw --devargs are refused unless [control] allow_raw_devargs is set.
 
 The new port's receive queues go to the least busy workers, its addresses become routes
 (a pod's IPs host routes to it), and it shows in `ferrulectl ports` with its link
@@ -30,8 +35,10 @@ pub enum PortCommand {
     /// Attach a port.
     #[command(
         long_about = "\
-Attach a port: a pod over vhost-user (--vhost-user), or any DPDK device (--devargs).
-Prints the new port as `ferrulectl ports` shows it.
+Attach a port: a pod over vhost-user (--vhost-user), or a device by kind (--af-packet,
+--af-xdp, --tap, --memif, --null, --rx-pcap), or raw DPDK devargs (--devargs, only when
+ferruled's [control] allow_raw_devargs is set). Prints the new port as `ferrulectl
+ports` shows it. A refused add changes nothing, on disk or in the daemon.
 
 A pod port needs the pod's MAC (--mac): frames to the pod are sent to it. The pod routes
 through the gateway its port shows (169.254.1.1 and fe80::1 by default), which Ferrule
@@ -44,11 +51,16 @@ Examples:
       --ip 10.1.0.4 --ip fd00:1::4 --mac 02:00:00:0a:01:04 --pod default/web-1
   ferrulectl port add pod-d --vhost-user /var/run/pods/d.sock --mode client --queues 2 \\
       --ip 10.1.0.5 --mac 02:00:00:0a:01:05
-  ferrulectl port add pod-k --devargs net_af_packet5,iface=veth-k --ip 10.1.0.6 \\
-      --mac 02:00:00:0a:01:06",
-        group(ArgGroup::new("device").required(true).args(["vhost_user", "devargs"]))
+  ferrulectl port add pod-k --af-packet veth-k --ip 10.1.0.6 --mac 02:00:00:0a:01:06
+  ferrulectl port add up1 --af-xdp ens5 --start-queue 0 --queues 2 --role uplink \\
+      --ip 192.0.2.20/24
+  ferrulectl port add vm1 --memif /run/ferrule/memif/vm1.sock --mode client \\
+      --ip 10.1.0.7 --mac 02:00:00:0a:01:07",
+        group(ArgGroup::new("device").required(true).args([
+            "vhost_user", "af_packet", "af_xdp", "tap", "memif", "null", "rx_pcap", "devargs"
+        ]))
     )]
-    Add(PortAddArgs),
+    Add(Box<PortAddArgs>),
 
     /// Detach a port.
     #[command(long_about = "\
@@ -82,17 +94,44 @@ pub struct PortAddArgs {
     /// Port name (letters, digits, '-', '_', '.').
     #[arg(value_name = "NAME")]
     pub name: String,
-    /// vhost-user socket of the pod.
+    /// vhost-user socket of the pod (under ferruled's [control] vhost_dirs).
     #[arg(long = "vhost-user", value_name = "SOCKET_PATH")]
     pub vhost_user: Option<String>,
-    /// Who creates the socket (vhost-user only).
-    #[arg(long, value_enum, value_name = "MODE", requires = "vhost_user")]
+    /// Who creates the socket (vhost-user and memif) [default: server].
+    #[arg(long, value_enum, value_name = "MODE")]
     pub mode: Option<Mode>,
-    /// Queue pairs (vhost-user) or receive queues (devargs) [default: 1].
+    /// Queue pairs (vhost-user, af_packet, af_xdp) or receive queues [default: 1].
     #[arg(long, value_name = "N")]
     pub queues: Option<u16>,
-    /// Any DPDK device, as devargs.
-    #[arg(long, value_name = "DEVARGS", conflicts_with = "mode")]
+    /// A kernel interface through an AF_PACKET socket (net_af_packet).
+    #[arg(long = "af-packet", value_name = "IFACE")]
+    pub af_packet: Option<String>,
+    /// A kernel interface through AF_XDP (net_af_xdp).
+    #[arg(long = "af-xdp", value_name = "IFACE")]
+    pub af_xdp: Option<String>,
+    /// First queue of the --af-xdp interface [default: 0].
+    #[arg(long = "start-queue", value_name = "N")]
+    pub start_queue: Option<u16>,
+    /// A TAP interface Ferrule creates with this name (net_tap).
+    #[arg(long, value_name = "IFACE")]
+    pub tap: Option<String>,
+    /// A memif socket (under ferruled's [control] memif_dirs); --mode gives its role.
+    #[arg(long, value_name = "SOCKET_PATH")]
+    pub memif: Option<String>,
+    /// Interface id on the --memif socket [default: 0].
+    #[arg(long = "memif-id", value_name = "ID")]
+    pub memif_id: Option<u32>,
+    /// A device that receives nothing and drops what it is sent (net_null).
+    #[arg(long)]
+    pub null: bool,
+    /// Packets to receive, from a pcap file (under ferruled's [control] pcap_dirs).
+    #[arg(long = "rx-pcap", value_name = "PATH")]
+    pub rx_pcap: Option<String>,
+    /// Where to write what the port sends: a new pcap file (under [control] pcap_dirs).
+    #[arg(long = "tx-pcap", value_name = "PATH")]
+    pub tx_pcap: Option<String>,
+    /// Raw DPDK devargs (refused unless ferruled sets [control] allow_raw_devargs).
+    #[arg(long, value_name = "DEVARGS")]
     pub devargs: Option<String>,
     /// Role of the port [default: pod].
     #[arg(long, value_enum, value_name = "ROLE")]
@@ -123,16 +162,63 @@ pub struct PortDelArgs {
     pub name: String,
 }
 
-/// The `port.add` request of `ferrulectl port add`.
-pub fn request(a: &PortAddArgs) -> PortAdd {
-    PortAdd {
+/// The `port.add` request of `ferrulectl port add`; an option that belongs to another
+/// device kind is a usage error.
+pub fn request(a: &PortAddArgs) -> Result<PortAdd, CtlError> {
+    let usage = |what: &str| Err(CtlError::Usage(what.to_string()));
+    if a.start_queue.is_some() && a.af_xdp.is_none() {
+        return usage("--start-queue goes with --af-xdp");
+    }
+    if a.memif_id.is_some() && a.memif.is_none() {
+        return usage("--memif-id goes with --memif");
+    }
+    if a.tx_pcap.is_some() && a.rx_pcap.is_none() {
+        return usage("--tx-pcap goes with --rx-pcap");
+    }
+    if a.mode.is_some() && a.vhost_user.is_none() && a.memif.is_none() {
+        return usage("--mode goes with --vhost-user or --memif");
+    }
+    let mode = a.mode.map(|m| match m {
+        Mode::Server => "server".to_string(),
+        Mode::Client => "client".to_string(),
+    });
+    let device = if let Some(iface) = &a.af_packet {
+        Some(PortDevice::AfPacket {
+            iface: iface.clone(),
+        })
+    } else if let Some(iface) = &a.af_xdp {
+        Some(PortDevice::AfXdp {
+            iface: iface.clone(),
+            start_queue: a.start_queue,
+        })
+    } else if let Some(iface) = &a.tap {
+        Some(PortDevice::Tap {
+            iface: iface.clone(),
+        })
+    } else if let Some(socket) = &a.memif {
+        Some(PortDevice::Memif {
+            socket: socket.clone(),
+            role: mode.clone(),
+            id: a.memif_id,
+        })
+    } else if a.null {
+        Some(PortDevice::Null)
+    } else if a.rx_pcap.is_some() {
+        Some(PortDevice::Pcap {
+            rx_pcap: a.rx_pcap.clone(),
+            tx_pcap: a.tx_pcap.clone(),
+        })
+    } else {
+        None
+    };
+    Ok(PortAdd {
         name: a.name.clone(),
         vhost_user: a.vhost_user.clone(),
-        mode: a.mode.map(|m| match m {
-            Mode::Server => "server".to_string(),
-            Mode::Client => "client".to_string(),
-        }),
+        // The daemon refuses a mode for anything but vhost-user; memif carries it as
+        // its role.
+        mode: if a.memif.is_some() { None } else { mode },
         queues: a.queues,
+        device,
         devargs: a.devargs.clone(),
         role: a.role.map(|r| match r {
             Role::Pod => PortRole::Pod,
@@ -144,17 +230,19 @@ pub fn request(a: &PortAddArgs) -> PortAdd {
         mac: a.mac.clone(),
         pod: a.pod.clone(),
         mtu: a.mtu,
-    }
+    })
 }
 
 /// Runs a `port` subcommand.
 pub fn run(ctx: &mut Ctx<'_>, command: &PortCommand) -> Result<(), CtlError> {
     match command {
-        PortCommand::Add(a) => ctx.query(port_method::ADD, params(&request(a))?, |p: &PortInfo| {
-            super::render_ports(&ferrule_api::PortsList {
-                ports: vec![p.clone()],
+        PortCommand::Add(a) => {
+            ctx.query(port_method::ADD, params(&request(a)?)?, |p: &PortInfo| {
+                super::render_ports(&ferrule_api::PortsList {
+                    ports: vec![p.clone()],
+                })
             })
-        }),
+        }
         PortCommand::Del(a) => {
             let request = PortDel {
                 name: a.name.clone(),
@@ -242,17 +330,17 @@ mod tests {
     use crate::{Cli, Command};
     use clap::Parser;
 
-    fn add(args: &[&str]) -> Result<PortAdd, clap::Error> {
+    fn add(args: &[&str]) -> Result<PortAdd, String> {
         let mut argv = vec!["ferrulectl", "port", "add"];
         argv.extend_from_slice(args);
-        let cli = Cli::try_parse_from(argv)?;
+        let cli = Cli::try_parse_from(argv).map_err(|e| e.to_string())?;
         let Command::Port {
             command: PortCommand::Add(a),
         } = cli.command
         else {
             panic!("not port add");
         };
-        Ok(request(&a))
+        request(&a).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -293,6 +381,37 @@ mod tests {
         assert_eq!(r.role, Some(PortRole::Uplink));
         assert!(add(&["x"]).is_err(), "a device is required");
         assert!(add(&["x", "--vhost-user", "/a", "--devargs", "net_tap0"]).is_err());
-        assert!(add(&["x", "--devargs", "net_tap0", "--mode", "client"]).is_err());
+        let r = add(&[
+            "x",
+            "--memif",
+            "/run/ferrule/memif/x.sock",
+            "--mode",
+            "client",
+        ])
+        .unwrap();
+        assert_eq!(
+            r.device,
+            Some(PortDevice::Memif {
+                socket: "/run/ferrule/memif/x.sock".into(),
+                role: Some("client".into()),
+                id: None
+            })
+        );
+        assert_eq!(r.mode, None);
+        let r = add(&["x", "--af-xdp", "ens5", "--start-queue", "2"]).unwrap();
+        assert_eq!(
+            r.device,
+            Some(PortDevice::AfXdp {
+                iface: "ens5".into(),
+                start_queue: Some(2)
+            })
+        );
+        assert_eq!(
+            add(&["x", "--null"]).unwrap().device,
+            Some(PortDevice::Null)
+        );
+        assert!(add(&["x", "--af-packet", "a", "--tap", "b"]).is_err());
+        assert!(add(&["x", "--tx-pcap", "/p/out.pcap"]).is_err());
+        assert!(add(&["x", "--tap", "t", "--start-queue", "1"]).is_err());
     }
 }

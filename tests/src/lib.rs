@@ -146,6 +146,17 @@ impl Ferruled {
         wrapper: &[String],
     ) -> anyhow::Result<Ferruled> {
         let cfg_path = dir.path().join("ferrule.toml");
+        // A test's sockets and pcap files live in its directory: `port.add` may use it
+        // unless the test writes its own `[control]`.
+        let config = if config.contains("[control]") {
+            config.to_string()
+        } else {
+            let d = dir.path().display();
+            format!(
+                "{config}\n[control]\nvhost_dirs = [\"{d}\"]\nmemif_dirs = [\"{d}\"]\n\
+                 pcap_dirs = [\"{d}\"]\n"
+            )
+        };
         std::fs::write(&cfg_path, config)?;
         let socket = dir.path().join("ctl").join("ferrule.sock");
         let log = dir.path().join("ferruled.log");

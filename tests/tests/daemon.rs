@@ -332,3 +332,146 @@ fn multi_queue_ports_are_polled_on_every_queue() {
     assert_eq!(ports["ports"][0]["rx_queues"], 2);
     assert_eq!(d.terminate().code(), Some(0), "{}", d.log_text());
 }
+
+#[test]
+fn port_add_opens_only_allowed_devices_and_files() {
+    let prefix = unique_prefix("devs");
+    let mut d = Ferruled::start(&null_pair(&prefix), &prefix).expect("start ferruled");
+    let dir = d.dir.path().to_path_buf();
+    let outside = tempfile::tempdir().expect("tempdir");
+    let victim = outside.path().join("victim");
+    std::fs::write(&victim, b"keep me").unwrap();
+    let inside = dir.join("existing.pcap");
+    std::fs::write(&inside, b"keep me too").unwrap();
+    let v = victim.display().to_string();
+    let before = d.ctl_json(&["ports"]);
+    let refused = |args: &[&str], words: &str| {
+        let mut argv = vec!["port", "add", "vv", "--role", "host"];
+        argv.extend_from_slice(args);
+        let o = d.ctl(&argv);
+        let text = String::from_utf8_lossy(&o.stderr).to_string();
+        assert!(!o.status.success(), "{argv:?} was accepted");
+        assert!(text.contains(words), "{argv:?}: {text}");
+    };
+    // Raw devargs (vhost's unlink, pcap's truncate and read, rx_iface sniffing).
+    for devargs in [
+        format!("net_vhost7,iface={v}"),
+        format!("net_pcap5,tx_pcap={v}"),
+        format!("net_pcap6,rx_pcap={v}"),
+        "net_pcap7,rx_iface_in=lo".to_string(),
+    ] {
+        refused(&["--devargs", &devargs], "allow_raw_devargs");
+    }
+    // Paths outside the allowed directories, or with devargs syntax in them.
+    refused(&["--vhost-user", &v], "outside the allowed directories");
+    let comma = format!("{}/x.sock,client=1", dir.display());
+    refused(&["--vhost-user", &comma], "a path of at most");
+    let dotdot = format!("{}/../victim", dir.display());
+    refused(&["--vhost-user", &dotdot], "without '.' or '..'");
+    refused(&["--rx-pcap", &v], "outside the allowed directories");
+    let pcap_in = dir.join("in.pcap");
+    write_pcap(&pcap_in, &[]).unwrap();
+    let pin = pcap_in.display().to_string();
+    refused(
+        &[
+            "--rx-pcap",
+            &pin,
+            "--tx-pcap",
+            &inside.display().to_string(),
+        ],
+        "tx_pcap names a new file",
+    );
+    refused(&["--af-packet", "nosuchif0"], "no interface named");
+    refused(&["--tap", "lo,iface=x"], "interface name");
+    // A failed add (a pod address another port holds) leaves no directory behind.
+    ok(
+        &d,
+        &[
+            "port",
+            "add",
+            "p1",
+            "--null",
+            "--ip",
+            "10.9.0.5",
+            "--mac",
+            "02:00:00:00:09:05",
+        ],
+    );
+    let nested = dir.join("vh").join("deep").join("x.sock");
+    let o = d.ctl(&[
+        "port",
+        "add",
+        "p2",
+        "--vhost-user",
+        &nested.display().to_string(),
+        "--ip",
+        "10.9.0.5",
+        "--mac",
+        "02:00:00:00:09:06",
+    ]);
+    let text = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success(),
+        "a second pod with 10.9.0.5 was accepted"
+    );
+    assert!(
+        text.contains("10.9.0.5"),
+        "refused for another reason: {text}"
+    );
+    assert!(
+        !dir.join("vh").exists(),
+        "the add left its directories behind"
+    );
+    assert_eq!(std::fs::read(&victim).unwrap(), b"keep me");
+    assert_eq!(std::fs::read(&inside).unwrap(), b"keep me too");
+    // Device kinds that are allowed work.
+    let pout = dir.join("out.pcap");
+    ok(
+        &d,
+        &[
+            "port",
+            "add",
+            "cap",
+            "--role",
+            "host",
+            "--rx-pcap",
+            &pin,
+            "--tx-pcap",
+            &pout.display().to_string(),
+        ],
+    );
+    let list = d.ctl_json(&["ports"]);
+    let cap = list["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "cap")
+        .expect("cap listed");
+    assert!(
+        cap["devargs"]
+            .as_str()
+            .unwrap()
+            .starts_with("net_pcap_cap,rx_pcap="),
+        "{cap}"
+    );
+    assert!(pout.exists());
+    ok(&d, &["port", "del", "cap"]);
+    ok(&d, &["port", "del", "p1"]);
+    assert_eq!(
+        d.ctl_json(&["ports"])["ports"].as_array().unwrap().len(),
+        before["ports"].as_array().unwrap().len()
+    );
+    let status = d.terminate();
+    assert!(status.success(), "{}", d.log_text());
+    assert!(leftovers(&prefix).is_empty());
+}
+
+fn ok(d: &Ferruled, args: &[&str]) {
+    let o = d.ctl(args);
+    assert!(
+        o.status.success(),
+        "{args:?}: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

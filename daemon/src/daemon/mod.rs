@@ -7,6 +7,7 @@
 
 mod acl;
 mod ct;
+mod devices;
 mod ports;
 mod punt;
 mod routes;
@@ -81,7 +82,7 @@ struct PortRuntime {
     /// Counters the port's slot had when it was added (slots are reused).
     baseline: PortTotals,
     /// For vhost-user ports added at run time: the socket and the mode.
-    vhost: Option<(std::path::PathBuf, ports::VhostMode)>,
+    vhost: Option<(std::path::PathBuf, devices::VhostMode)>,
 }
 
 /// A running daemon. Dropping it stops the workers, then the ports, then frees the
@@ -96,6 +97,8 @@ pub struct Daemon {
     ports: Vec<Option<PortRuntime>>,
     /// `[dataplane]`, for ports added at run time.
     dataplane: crate::config::DataplaneSection,
+    /// What `port.add` may open (`[control]`).
+    devices: devices::DevicePolicy,
     pool: Arc<Mempool>,
     eal: Eal,
     started: Instant,
@@ -335,6 +338,7 @@ impl Daemon {
             last_link_poll: Instant::now(),
             ports: ports.into_iter().map(Some).collect(),
             dataplane: cfg.dataplane.clone(),
+            devices: devices::DevicePolicy::from_control(&cfg.control),
             pool,
             eal,
             started: Instant::now(),

@@ -4,6 +4,7 @@
 //! while traffic flows: out of the job and link tables first, wait until no worker can
 //! still be using it, then stop and unplug it, returning every mbuf it held.
 
+use super::devices::{self, Created, VhostMode};
 use super::{start_port, to_value, Daemon, PortRuntime};
 use crate::config::{format_mac, parse_cidr, parse_mac, valid_pod_ref, IpCidr, PortConfig};
 use ferrule_api::rpc::{parse_params, RpcError};
@@ -12,8 +13,7 @@ use ferrule_dataplane::counters::MAX_PORTS;
 use ferrule_dataplane::worker::RxJob;
 use serde_json::Value;
 use std::net::IpAddr;
-use std::os::unix::fs::{FileTypeExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// How long `port.del` waits for the workers to move off a port.
@@ -21,82 +21,17 @@ const QUIESCE: Duration = Duration::from_secs(2);
 /// Most queue pairs a pod port may have.
 pub const MAX_QUEUES: u16 = 16;
 
-/// Who creates a vhost-user socket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum VhostMode {
-    /// Ferrule creates the socket; the pod connects.
-    Server,
-    /// The pod serves the socket; Ferrule connects, and reconnects when either side
-    /// restarts.
-    Client,
-}
-
-impl VhostMode {
-    pub fn name(self) -> &'static str {
-        match self {
-            VhostMode::Server => "server",
-            VhostMode::Client => "client",
-        }
-    }
-}
-
 fn bad(field: &str, detail: impl std::fmt::Display) -> RpcError {
     RpcError::invalid_params(field, detail)
 }
 
-/// The devargs of a vhost-user port: the vhost PMD with `queues` queue pairs.
-pub fn vhost_devargs(vdev: &str, socket: &Path, mode: VhostMode, queues: u16) -> String {
-    format!(
-        "{vdev},iface={},queues={queues},client={}",
-        socket.display(),
-        u8::from(mode == VhostMode::Client)
-    )
-}
-
-/// Checks a vhost-user socket path and prepares its directory: an absolute path; in
-/// server mode, the directory is created (mode 0700) when missing, and a stale socket
-/// no one listens on is removed; a path that exists and is not a socket is refused.
-fn prepare_socket(path: &Path, mode: VhostMode) -> Result<(), RpcError> {
-    let field = "vhost_user";
-    if !path.is_absolute() {
-        return Err(bad(
-            field,
-            format!("{} is not an absolute path", path.display()),
-        ));
+/// Undoes what a failed add created: the socket DPDK may have bound in server mode, and
+/// the directories and files made for it.
+fn undo_device(created: Created, vhost: Option<&(PathBuf, VhostMode)>) {
+    if let Some((path, VhostMode::Server)) = vhost {
+        let _ = std::fs::remove_file(path);
     }
-    match std::fs::symlink_metadata(path) {
-        Ok(meta) if !meta.file_type().is_socket() => {
-            return Err(bad(
-                field,
-                format!("{} exists and is not a socket", path.display()),
-            ));
-        }
-        Ok(_) if mode == VhostMode::Server => {
-            if std::os::unix::net::UnixStream::connect(path).is_ok() {
-                return Err(bad(
-                    field,
-                    format!("{} is in use: something listens on it", path.display()),
-                ));
-            }
-            std::fs::remove_file(path).map_err(|e| {
-                bad(
-                    field,
-                    format!("cannot remove the stale socket {}: {e}", path.display()),
-                )
-            })?;
-        }
-        _ => {}
-    }
-    if mode == VhostMode::Server {
-        if let Some(dir) = path.parent().filter(|d| !d.exists()) {
-            std::fs::create_dir_all(dir)
-                .and_then(|()| {
-                    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-                })
-                .map_err(|e| bad(field, format!("cannot create {}: {e}", dir.display())))?;
-        }
-    }
-    Ok(())
+    created.undo();
 }
 
 /// A stable, locally administered MAC for a port added at run time, from its name.
@@ -146,10 +81,7 @@ impl Daemon {
     }
 
     /// Validates `port.add` params into a port configuration (and the vhost socket).
-    fn port_config(
-        &self,
-        p: &PortAdd,
-    ) -> Result<(PortConfig, Option<(PathBuf, VhostMode)>), RpcError> {
+    fn port_config(&self, p: &PortAdd) -> Result<(PortConfig, devices::Prepared), RpcError> {
         let name = p.name.trim();
         if name.is_empty()
             || name.len() > 64
@@ -181,50 +113,6 @@ impl Daemon {
         if !(68..=9600).contains(&mtu) {
             return Err(bad("mtu", format!("{mtu} is outside 68..=9600")));
         }
-        let (devargs, vhost) = match (&p.vhost_user, &p.devargs) {
-            (Some(path), None) => {
-                let mode = match p.mode.as_deref() {
-                    None | Some("server") => VhostMode::Server,
-                    Some("client") => VhostMode::Client,
-                    Some(other) => return Err(bad("mode", format!("{other:?}: server or client"))),
-                };
-                let path = PathBuf::from(path);
-                prepare_socket(&path, mode)?;
-                let vdev = format!("net_vhost_{name}");
-                (
-                    vhost_devargs(&vdev, &path, mode, queues),
-                    Some((path, mode)),
-                )
-            }
-            (None, Some(devargs)) => {
-                if p.mode.is_some() {
-                    return Err(bad("mode", "only vhost-user ports have a mode"));
-                }
-                let dev = devargs.split(',').next().unwrap_or("").trim();
-                if dev.is_empty() {
-                    return Err(bad("devargs", "empty devargs"));
-                }
-                if self
-                    .ports
-                    .iter()
-                    .flatten()
-                    .any(|q| q.cfg.devargs.split(',').next() == Some(dev))
-                {
-                    return Err(bad(
-                        "devargs",
-                        format!("device {dev:?} is in use by another port"),
-                    ));
-                }
-                (devargs.clone(), None)
-            }
-            (Some(_), Some(_)) => {
-                return Err(bad(
-                    "devargs",
-                    "give either vhost_user or devargs, not both",
-                ))
-            }
-            (None, None) => return Err(bad("vhost_user", "give vhost_user or devargs")),
-        };
         let mac = match &p.mac {
             None => None,
             Some(m) => match parse_mac(m) {
@@ -279,10 +167,18 @@ impl Daemon {
         } else {
             (mac.or(Some(port_mac(name))), None)
         };
+        // Last, once everything else holds: this may create directories.
+        let in_use: Vec<&str> = self
+            .ports
+            .iter()
+            .flatten()
+            .map(|q| q.cfg.devargs.as_str())
+            .collect();
+        let device = devices::prepare(&self.devices, name, p, queues, &in_use)?;
         Ok((
             PortConfig {
                 name: name.to_string(),
-                devargs,
+                devargs: device.devargs.clone(),
                 role,
                 mac: port_mac_opt,
                 mtu,
@@ -294,7 +190,7 @@ impl Daemon {
                 addresses,
                 pod: p.pod.clone(),
             },
-            vhost,
+            device,
         ))
     }
 
@@ -330,7 +226,6 @@ impl Daemon {
 
     pub(super) fn port_add(&mut self, params: &Value) -> Result<Value, RpcError> {
         let p: PortAdd = parse_params(params)?;
-        let (cfg, vhost) = self.port_config(&p)?;
         let index = match self.ports.iter().position(Option::is_none) {
             Some(i) => i,
             None if self.ports.len() < MAX_PORTS => self.ports.len(),
@@ -341,33 +236,43 @@ impl Daemon {
                 ))
             }
         };
+        let (cfg, device) = self.port_config(&p)?;
+        let devices::Prepared { vhost, created, .. } = device;
         let network = self.state.fib.network_index(&cfg.network).unwrap_or(0);
-        let eth = start_port(
+        let eth = match start_port(
             &cfg,
             self.state.workers.len().max(1) as u16,
             &self.dataplane,
             &self.pool,
-        )
-        .map_err(|e| {
-            bad(
-                if vhost.is_some() {
+        ) {
+            Ok(eth) => eth,
+            Err(e) => {
+                undo_device(created, vhost.as_ref());
+                let field = if vhost.is_some() {
                     "vhost_user"
+                } else if p.device.is_some() {
+                    "device"
                 } else {
                     "devargs"
-                },
-                format!("port {:?} did not start: {e}", cfg.name),
-            )
-        })?;
+                };
+                return Err(bad(
+                    field,
+                    format!("port {:?} did not start: {e}", cfg.name),
+                ));
+            }
+        };
         let mac = cfg.mac.unwrap_or_else(|| eth.mac());
         if let Err(e) = self
             .state
             .fib
             .add_port(index as u16, &cfg, network, mac, eth.id())
         {
-            // Dropping `eth` stops and closes it again.
             let _ = eth.detach();
+            undo_device(created, vhost.as_ref());
             return Err(bad(e.field, e.message));
         }
+        // Kept: the port owns what was created for it from now on.
+        created.keep();
         let link = eth.link();
         self.state.shared.set_dpdk_id(index, eth.id());
         self.state
@@ -466,46 +371,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn vhost_devargs_and_macs() {
-        assert_eq!(
-            vhost_devargs(
-                "net_vhost_pod-c",
-                Path::new("/run/ferrule/pod-c.sock"),
-                VhostMode::Client,
-                2
-            ),
-            "net_vhost_pod-c,iface=/run/ferrule/pod-c.sock,queues=2,client=1"
-        );
+    fn port_macs_are_stable_and_local() {
         let m = port_mac("pod-c");
         assert_eq!(m[..2], [0x02, 0xfe]);
         assert_eq!(m, port_mac("pod-c"));
         assert_ne!(m, port_mac("pod-d"));
-    }
-
-    #[test]
-    fn socket_paths_are_checked() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("not-a-socket");
-        std::fs::write(&file, b"x").unwrap();
-        let e = prepare_socket(&file, VhostMode::Server).unwrap_err();
-        assert!(e.message.contains("exists and is not a socket"), "{e:?}");
-        assert!(prepare_socket(Path::new("relative.sock"), VhostMode::Server).is_err());
-        let nested = dir.path().join("sub/dir/pod.sock");
-        prepare_socket(&nested, VhostMode::Server).unwrap();
-        let mode = std::fs::metadata(nested.parent().unwrap())
-            .unwrap()
-            .permissions()
-            .mode();
-        assert_eq!(mode & 0o777, 0o700);
-        // A stale socket (nobody listening) is cleared; a live one is refused.
-        let live = dir.path().join("live.sock");
-        let listener = std::os::unix::net::UnixListener::bind(&live).unwrap();
-        assert!(prepare_socket(&live, VhostMode::Server)
-            .unwrap_err()
-            .message
-            .contains("in use"));
-        drop(listener);
-        prepare_socket(&live, VhostMode::Server).unwrap();
-        assert!(!live.exists());
     }
 }
