@@ -77,6 +77,8 @@ lcores = [0, 1]
 memory_mb = 256
 file_prefix = "fvb-fr"
 log_level = "error"
+[control]
+vhost_dirs = ["$work/vh"]
 [dataplane]
 mbufs = 8191
 EOF

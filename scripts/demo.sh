@@ -24,6 +24,8 @@ topo=frdemo$$
 work=$(mktemp -d /tmp/ferrule-demo.XXXXXX)
 sock=$work/ferrule.sock
 prefix=ferrule-demo-$$
+# Under [control] vhost_dirs of configs/ferrule.toml (the default, /run/ferrule/vhost).
+vhost_sock=/run/ferrule/vhost/$prefix-pod-v.sock
 pid=
 pod_pid=
 cleanup() {
@@ -32,6 +34,7 @@ cleanup() {
     scripts/netns-topology.sh down "$topo" || true
     rm -f /dev/hugepages/"$prefix"* /dev/hugepages/"$prefix-pod"* 2>/dev/null || true
     rm -rf "/run/dpdk/$prefix" "/run/dpdk/$prefix-pod" "$work"
+    rm -f "$vhost_sock"
 }
 trap cleanup EXIT
 
@@ -71,12 +74,12 @@ echo "$out" | grep -q "From 169.254.1.1.*Time to live exceeded" \
     || { echo "demo: FAILED: no time exceeded from the gateway" >&2; exit 1; }
 # A vhost-user pod: dpdk-testpmd with a virtio-user device, answering ARP and pings
 # (icmpecho), attached at run time; pod-a's kernel pings it through Ferrule.
-ctl port add pod-v --vhost-user "$work/vhost/pod-v.sock" --ip 10.1.0.4 \
+ctl port add pod-v --vhost-user "$vhost_sock" --ip 10.1.0.4 \
     --mac 02:00:00:0a:01:04 --pod demo/pod-v
 # shellcheck disable=SC2086
 dpdk-testpmd -l 0,1 --no-pci --in-memory --single-file-segments -m 128 \
     --file-prefix "$prefix-pod" $huge --log-level error \
-    --vdev "virtio_user0,path=$work/vhost/pod-v.sock,mac=02:00:00:0a:01:04" \
+    --vdev "virtio_user0,path=$vhost_sock,mac=02:00:00:0a:01:04" \
     -- --forward-mode=icmpecho --stats-period=60 > "$work/pod-v.log" 2>&1 &
 pod_pid=$!
 for _ in $(seq 1 50); do
