@@ -82,26 +82,32 @@ struct Draining {
 }
 
 /// Counter-slot bookkeeping.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 struct Slots {
     free: Vec<u32>,
     next: u32,
+    /// Slots there are: [`RuleCounters::CAPACITY`] (fewer in tests).
+    capacity: usize,
 }
 
 impl Slots {
+    fn new(capacity: usize) -> Self {
+        Slots {
+            free: Vec::new(),
+            next: 0,
+            capacity: capacity.min(RuleCounters::CAPACITY),
+        }
+    }
+
     fn take(&mut self) -> Option<u32> {
         if let Some(s) = self.free.pop() {
             return Some(s);
         }
-        if (self.next as usize) < RuleCounters::CAPACITY {
+        if (self.next as usize) < self.capacity {
             self.next += 1;
             return Some(self.next - 1);
         }
         None
-    }
-
-    fn available(&self) -> usize {
-        self.free.len() + (RuleCounters::CAPACITY - self.next as usize)
     }
 }
 
@@ -111,6 +117,9 @@ pub struct Applied {
     pub result: api::AclApplied,
     /// The new ACL state to publish; `None` for a dry run or when nothing changed.
     pub tables: Option<Arc<AclTables>>,
+    /// Counter slots taken from rules this apply removes: once the workers run the new
+    /// state, [`AclManager::rebase`] them.
+    pub borrowed: Vec<u32>,
 }
 
 /// The ACL state in force and its counters' bookkeeping.
@@ -139,10 +148,16 @@ fn raw(counters: &[&RuleCounters], slot: u32) -> Hits {
 impl AclManager {
     /// No tables, for a daemon with these ports (name, role) by index.
     pub fn new(ports: Vec<(String, PortRole)>) -> AclManager {
+        AclManager::with_capacity(ports, RuleCounters::CAPACITY)
+    }
+
+    /// As [`AclManager::new`], with at most `capacity` counter slots (for tests of the
+    /// limits; the workers' counters hold [`RuleCounters::CAPACITY`]).
+    pub fn with_capacity(ports: Vec<(String, PortRole)>, capacity: usize) -> AclManager {
         AclManager {
             ports,
             current: Arc::default(),
-            slots: Slots::default(),
+            slots: Slots::new(capacity),
             draining: Vec::new(),
             baseline: Vec::new(),
         }
@@ -204,33 +219,58 @@ impl AclManager {
         let mut tables: Vec<Arc<Table>> = Vec::with_capacity(desired.tables.len());
         let (mut added, mut changed) = (Vec::new(), Vec::new());
         let mut unchanged = 0usize;
+        // The limit is on what is held after the apply: the new state's rules, whatever
+        // the state in force holds now.
         let total_rules: usize = desired.tables.iter().map(|(_, r)| r.len() + 1).sum();
-        let reusable: usize = desired
-            .tables
-            .iter()
-            .filter_map(|(name, _)| old.get(name.as_str()))
-            .map(|t| t.slots.len() + 1)
-            .sum();
-        if total_rules > slots.available() + reusable {
+        if total_rules > slots.capacity {
             return Err(invalid(
                 "tables",
                 None,
                 None,
                 format!(
-                    "{total_rules} rules and tables need counters; at most {} can be held",
-                    RuleCounters::CAPACITY
+                    "{total_rules} rules and tables need counters; at most {} can be held \
+                     (one per rule and one per table)",
+                    slots.capacity
                 ),
             ));
         }
-        let take = |slots: &mut Slots, fresh: &mut Vec<u32>| -> Result<u32, RpcError> {
-            let s = slots.take().ok_or_else(|| {
-                invalid(
-                    "tables",
-                    None,
-                    None,
-                    "out of rule counter slots; retry once older generations are freed".into(),
-                )
-            })?;
+        // When free slots run out, slots of tables this apply removes (and of older
+        // generations still draining) are borrowed: the caller re-bases their counts
+        // once the workers have moved to the new state.
+        let mut spare: Vec<u32> = self
+            .current
+            .tables
+            .iter()
+            .filter(|t| !desired.tables.iter().any(|(n, _)| *n == t.name))
+            .flat_map(|t| {
+                t.slots
+                    .iter()
+                    .copied()
+                    .chain(std::iter::once(t.no_match_slot))
+            })
+            .chain(self.draining.iter().flat_map(|d| d.slots.iter().copied()))
+            .collect();
+        let mut borrowed: Vec<u32> = Vec::new();
+        let mut take = |slots: &mut Slots, fresh: &mut Vec<u32>| -> Result<u32, RpcError> {
+            let s = match slots.take() {
+                Some(s) => s,
+                None => {
+                    let s = spare.pop().ok_or_else(|| {
+                        invalid(
+                            "tables",
+                            None,
+                            None,
+                            format!(
+                                "out of rule counter slots: the changed tables need more \
+                                 than the {} slots not kept by unchanged rules",
+                                slots.capacity
+                            ),
+                        )
+                    })?;
+                    borrowed.push(s);
+                    s
+                }
+            };
             fresh.push(s);
             Ok(s)
         };
@@ -339,6 +379,7 @@ impl AclManager {
             return Ok(Applied {
                 result,
                 tables: None,
+                borrowed: Vec::new(),
             });
         }
         // Commit the bookkeeping: fresh slots start from their current sums; slots no
@@ -353,6 +394,7 @@ impl AclManager {
             }
             self.baseline[i] = raw(counters, slot);
         }
+        let borrowed_set: std::collections::HashSet<u32> = borrowed.iter().copied().collect();
         let given_up: Vec<u32> = self
             .current
             .tables
@@ -363,8 +405,11 @@ impl AclManager {
                     .copied()
                     .chain(std::iter::once(t.no_match_slot))
             })
-            .filter(|s| !kept_slots.contains(s))
+            .filter(|s| !kept_slots.contains(s) && !borrowed_set.contains(s))
             .collect();
+        for d in &mut self.draining {
+            d.slots.retain(|s| !borrowed_set.contains(s));
+        }
         self.slots = slots;
         let new_state = Arc::new(new_state);
         let old_state = std::mem::replace(&mut self.current, Arc::clone(&new_state));
@@ -375,7 +420,18 @@ impl AclManager {
         Ok(Applied {
             result,
             tables: Some(new_state),
+            borrowed,
         })
+    }
+
+    /// Re-bases the counts of slots an apply borrowed, once no worker counts into them
+    /// for the rules they had before: from now on they count only their new rules.
+    pub fn rebase(&mut self, slots: &[u32], counters: &[&RuleCounters]) {
+        for &slot in slots {
+            if let Some(b) = self.baseline.get_mut(slot as usize) {
+                *b = raw(counters, slot);
+            }
+        }
     }
 
     /// Attachments of a state as (port, direction, table name), sorted.
@@ -912,5 +968,55 @@ mod tests {
             .unwrap_err()
             .message
             .contains("no table named"));
+    }
+
+    /// A table of `n` rules (`n + 1` counter slots).
+    fn table_of(name: &str, n: usize) -> Value {
+        let rules: Vec<Value> = (0..n)
+            .map(|p| json!({"action": "deny", "proto": "tcp", "dst_port": p + 1}))
+            .collect();
+        json!({"tables": [{"name": name, "rules": rules}]})
+    }
+
+    #[test]
+    fn limits_measure_what_is_held_after_the_apply() {
+        let w = workers();
+        let mut m = AclManager::with_capacity(ports(), 16);
+        let big = apply(&mut m, &table_of("a", 9), &w)
+            .unwrap()
+            .tables
+            .unwrap();
+        let slot = big.tables[0].slots[0];
+        w[0].hit(slot, 7);
+        assert_eq!(hits_of(&m, &w, "a")[0], 1, "one packet");
+        // Replacing 10 slots by 12 under another name fits in 16 (what is held after),
+        // although 22 would be held if the old table's slots were kept: slots of the
+        // removed table are borrowed.
+        let applied = apply(&mut m, &table_of("b", 11), &w).unwrap();
+        assert!(!applied.borrowed.is_empty());
+        m.rebase(&applied.borrowed, &[&w[0], &w[1]]);
+        assert!(
+            hits_of(&m, &w, "b").iter().all(|&h| h == 0),
+            "borrowed slots count from zero"
+        );
+        w[1].hit(slot, 3);
+        let b = applied.tables.unwrap();
+        let counted: u64 = hits_of(&m, &w, "b").iter().sum();
+        assert_eq!(counted, u64::from(b.tables[0].slots.contains(&slot)));
+        drop(big);
+        // More than the capacity is refused whatever is held, naming the limit.
+        let e = apply(&mut m, &table_of("c", 16), &w).unwrap_err();
+        assert!(
+            e.message
+                .contains("17 rules and tables need counters; at most 16"),
+            "{e:?}"
+        );
+        assert_eq!(
+            m.current().tables[0].name,
+            "b",
+            "a refused apply changes nothing"
+        );
+        // Exactly the capacity is accepted.
+        apply(&mut m, &table_of("d", 15), &w).unwrap();
     }
 }

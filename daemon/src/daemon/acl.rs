@@ -21,6 +21,18 @@ impl NodeState {
         if let Some(tables) = applied.tables {
             self.fib.set_acl(tables);
             self.publish();
+            if !applied.borrowed.is_empty() {
+                // Slots of removed rules now count new ones: once every worker has
+                // moved to the new state, their old counts are set aside.
+                if !self
+                    .shared
+                    .wait_quiescent(std::time::Duration::from_secs(2))
+                {
+                    tracing::warn!("workers did not move to the new ACL state within 2 s");
+                }
+                self.acl
+                    .rebase(&applied.borrowed, &rule_counters(&self.workers));
+            }
             tracing::info!(
                 tables = result.tables,
                 rules = result.rules,
