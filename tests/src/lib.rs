@@ -32,6 +32,10 @@ pub fn bin_dir() -> PathBuf {
             "ferrule-daemon",
             "-p",
             "ferrulectl",
+            "-p",
+            "ferrule-cni",
+            "-p",
+            "ferrule-policy",
             "--bins",
         ]);
         if dir.file_name().is_some_and(|n| n == "release") {
@@ -43,10 +47,10 @@ pub fn bin_dir() -> PathBuf {
             .expect("run cargo build");
         assert!(
             status.success(),
-            "cargo build of ferruled/ferrulectl failed"
+            "cargo build of ferruled/ferrulectl/ferrule-cni/ferrule-agent failed"
         );
     });
-    for b in ["ferruled", "ferrulectl"] {
+    for b in ["ferruled", "ferrulectl", "ferrule-cni", "ferrule-agent"] {
         assert!(
             dir.join(b).exists(),
             "{} missing: run `cargo build --workspace --bins` first",
@@ -62,6 +66,16 @@ pub fn ferruled_bin() -> PathBuf {
 
 pub fn ferrulectl_bin() -> PathBuf {
     bin_dir().join("ferrulectl")
+}
+
+/// The CNI plugin (installed as `ferrule` in a CNI plugin directory).
+pub fn cni_bin() -> PathBuf {
+    bin_dir().join("ferrule-cni")
+}
+
+/// The policy agent.
+pub fn agent_bin() -> PathBuf {
+    bin_dir().join("ferrule-agent")
 }
 
 /// Whether enough 2 MiB hugepages are free for one more test daemon.

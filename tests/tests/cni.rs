@@ -1,0 +1,756 @@
+//! End-to-end: the Ferrule CNI plugin. First called the way a runtime calls it (the
+//! protocol: VERSION, ADD with the Kubernetes pod in CNI_ARGS, CHECK, DEL twice, errors,
+//! vhost-user); then with a real runtime: containerd and runc run busybox containers
+//! from a local root filesystem (`ctr run --rootfs --cni`), calling the plugin from
+//! /opt/cni/bin with its configuration in /etc/cni/net.d and the reference host-local
+//! plugin as IPAM. The containers ping each other and their gateway over IPv4 and IPv6,
+//! fetch a file byte-exact from a server beyond the uplink through SNAT, a NetworkPolicy
+//! rendered by ferrule-agent denies one direction, and removing them removes their
+//! ports and releases their addresses. /etc/cni/net.d and /opt/cni/bin are restored and
+//! containerd stopped even when a test fails.
+
+use ferrule_e2e::*;
+use serde_json::{json, Value};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn sh(args: &[&str]) -> Output {
+    Command::new(args[0])
+        .args(&args[1..])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+}
+
+fn must(args: &[&str]) -> String {
+    let o = sh(args);
+    assert!(
+        o.status.success(),
+        "{args:?}: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// A network namespace with a veth to the root namespace: the "router" beyond the
+/// uplink (192.0.2.1, and 203.0.113.1 on its loopback, with no route back to the pods),
+/// or a bare namespace for a pod.
+struct Netns {
+    name: String,
+    root_end: Option<String>,
+    servers: Vec<Child>,
+}
+
+impl Netns {
+    fn new(name: &str) -> Netns {
+        let _ = sh(&["ip", "netns", "del", name]);
+        must(&["ip", "netns", "add", name]);
+        Netns {
+            name: name.to_string(),
+            root_end: None,
+            servers: Vec::new(),
+        }
+    }
+
+    fn router(name: &str, root_end: &str) -> Netns {
+        let mut ns = Netns::new(name);
+        let inner = format!("{root_end}r");
+        let _ = sh(&["ip", "link", "del", root_end]);
+        must(&[
+            "ip", "link", "add", root_end, "type", "veth", "peer", "name", &inner,
+        ]);
+        ns.root_end = Some(root_end.to_string());
+        must(&["ip", "link", "set", &inner, "netns", name]);
+        must(&["ip", "link", "set", root_end, "up"]);
+        let _ = sh(&[
+            "sysctl",
+            "-qw",
+            &format!("net.ipv6.conf.{root_end}.disable_ipv6=1"),
+        ]);
+        for cmd in [
+            vec!["ip", "link", "set", "lo", "up"],
+            vec!["ip", "link", "set", &inner, "up"],
+            vec!["ip", "addr", "add", "192.0.2.1/24", "dev", &inner],
+            vec!["ip", "addr", "add", "203.0.113.1/32", "dev", "lo"],
+            // What the router sends reaches Ferrule through AF_PACKET: finished checksums.
+            vec!["ethtool", "-K", &inner, "tx", "off"],
+        ] {
+            ns.exec(&cmd);
+        }
+        ns
+    }
+
+    fn exec(&self, args: &[&str]) -> String {
+        let mut argv = vec!["ip", "netns", "exec", &self.name];
+        argv.extend_from_slice(args);
+        must(&argv)
+    }
+
+    fn path(&self) -> PathBuf {
+        PathBuf::from("/var/run/netns").join(&self.name)
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        for s in &mut self.servers {
+            stop_timeout_child(s);
+        }
+        if let Some(e) = &self.root_end {
+            let _ = sh(&["ip", "link", "del", e]);
+        }
+        let _ = sh(&["ip", "netns", "del", &self.name]);
+    }
+}
+
+/// ferruled in the root namespace (the CNI plugin creates the pods' veths there), with
+/// its uplink on the router's veth, a default route through the router and SNAT to the
+/// node IP for destinations outside 192.0.2.0/24 and the pod subnet.
+fn ferruled_with_uplink(prefix: &str, uplink: &str, vhost_dir: &Path) -> Ferruled {
+    let cfg = format!(
+        "{}[control]\nvhost_dirs = [\"{}\"]\n\n\
+         [[port]]\nname = \"up\"\ndevargs = \"net_af_packet_{p},iface={uplink}\"\nrole = \"uplink\"\n\
+         addresses = [\"192.0.2.10/24\"]\n\n\
+         [[route]]\nprefix = \"0.0.0.0/0\"\nport = \"up\"\nvia = \"192.0.2.1\"\n\n\
+         [vpc]\nnode_ips = [\"192.0.2.10\"]\nvpc_cidrs = [\"192.0.2.0/24\", \"10.1.0.0/16\"]\n",
+        base_config(prefix),
+        vhost_dir.display(),
+        p = prefix.replace('-', "_")
+    );
+    Ferruled::start(&cfg, prefix).expect("start ferruled")
+}
+
+fn net_conf(socket: &Path, ipam_dir: &Path, vhost_dir: &Path, extra: Value) -> Value {
+    let mut conf = json!({
+        "cniVersion": "1.0.0",
+        "name": "ferrule",
+        "type": "ferrule",
+        "socket": socket,
+        "vhost_dir": vhost_dir,
+        "ipam": {
+            "type": "host-local",
+            "dataDir": ipam_dir,
+            "ranges": [[{"subnet": "10.1.0.0/24"}], [{"subnet": "fd00:1::/64"}]]
+        }
+    });
+    if let (Some(c), Some(e)) = (conf.as_object_mut(), extra.as_object()) {
+        for (k, v) in e {
+            c.insert(k.clone(), v.clone());
+        }
+    }
+    conf
+}
+
+/// Runs the plugin binary the way a runtime does.
+fn plugin(cmd: &str, id: &str, netns: Option<&Path>, ifname: &str, conf: &Value) -> (bool, Value) {
+    let mut child = Command::new(cni_bin())
+        .env("CNI_COMMAND", cmd)
+        .env("CNI_CONTAINERID", id)
+        .env("CNI_NETNS", netns.map(Path::as_os_str).unwrap_or_default())
+        .env("CNI_IFNAME", ifname)
+        .env("CNI_PATH", "/usr/lib/cni:/opt/cni/bin")
+        .env(
+            "CNI_ARGS",
+            format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=shop;K8S_POD_NAME=web-{id};K8S_POD_INFRA_CONTAINER_ID={id}"),
+        )
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run the CNI plugin");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(conf.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let value = if text.trim().is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+    };
+    (out.status.success(), value)
+}
+
+fn port<'a>(ports: &'a Value, name: &str) -> Option<&'a Value> {
+    ports["ports"]
+        .as_array()?
+        .iter()
+        .find(|p| p["name"] == name)
+}
+
+#[test]
+fn the_plugin_speaks_the_cni_protocol() {
+    let prefix = unique_prefix("cni");
+    let tag = std::process::id() % 100_000;
+    let router = Netns::router(&format!("fcr{tag}"), &format!("fcu{tag}"));
+    let vhost = tempfile::tempdir().unwrap();
+    let d = ferruled_with_uplink(&prefix, router.root_end.as_deref().unwrap(), vhost.path());
+    let ipam = d.dir.path().join("ipam");
+    let pod = Netns::new(&format!("fcp{tag}"));
+    let conf = net_conf(&d.socket, &ipam, vhost.path(), json!({}));
+
+    let (ok, v) = plugin("VERSION", "", None, "", &Value::Null);
+    assert!(ok, "{v}");
+    assert!(v["supportedVersions"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("0.4.0")));
+
+    // ADD: the pod's addresses as host addresses, routes through the gateway, and a
+    // port that records the Kubernetes pod.
+    let (ok, result) = plugin("ADD", "c1", Some(&pod.path()), "eth0", &conf);
+    assert!(ok, "{result}");
+    assert_eq!(result["cniVersion"], "1.0.0");
+    let ips: Vec<&str> = result["ips"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["address"].as_str().unwrap())
+        .collect();
+    assert!(
+        ips[0].starts_with("10.1.0.") && ips[0].ends_with("/32"),
+        "{ips:?}"
+    );
+    assert!(
+        ips[1].starts_with("fd00:1::") && ips[1].ends_with("/128"),
+        "{ips:?}"
+    );
+    assert_eq!(result["ips"][0]["gateway"], "169.254.1.1");
+    assert_eq!(
+        result["interfaces"][1]["sandbox"],
+        pod.path().display().to_string()
+    );
+    let addr = pod.exec(&["ip", "-o", "addr", "show", "eth0"]);
+    assert!(addr.contains(ips[0]) && addr.contains(ips[1]), "{addr}");
+    let routes = pod.exec(&["ip", "route"]);
+    assert!(
+        routes.contains("default via 169.254.1.1 dev eth0"),
+        "{routes}"
+    );
+    let routes6 = pod.exec(&["ip", "-6", "route"]);
+    assert!(
+        routes6.contains("default via fe80::1 dev eth0"),
+        "{routes6}"
+    );
+    let offload = pod.exec(&["ethtool", "-k", "eth0"]);
+    assert!(offload.contains("tx-checksumming: off"), "{offload}");
+    let ports = d.ctl_json(&["ports"]);
+    let p = ports["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pod"] == "shop/web-c1")
+        .unwrap_or_else(|| panic!("no port records shop/web-c1: {ports}"));
+    let name = p["name"].as_str().unwrap().to_string();
+    assert!(name.starts_with("c1-") && name.len() <= 32, "{name}");
+    assert_eq!(p["role"], "pod");
+    // The pod reaches its gateway, and through SNAT a server beyond the router.
+    pod.exec(&["ping", "-c", "1", "-W", "2", "169.254.1.1"]);
+    pod.exec(&["ping", "-c", "1", "-W", "2", "203.0.113.1"]);
+
+    // CHECK passes, and fails naming what is wrong once an address is gone.
+    let mut check_conf = conf.clone();
+    check_conf["prevResult"] = result.clone();
+    let (ok, v) = plugin("CHECK", "c1", Some(&pod.path()), "eth0", &check_conf);
+    assert!(ok, "{v}");
+    pod.exec(&["ip", "addr", "del", ips[0], "dev", "eth0"]);
+    let (ok, v) = plugin("CHECK", "c1", Some(&pod.path()), "eth0", &check_conf);
+    assert!(!ok);
+    assert!(v["msg"].as_str().unwrap().contains("lost address"), "{v}");
+
+    // Errors are CNI error objects: a bad configuration, an unknown IPAM plugin.
+    let (ok, v) = plugin(
+        "ADD",
+        "c2",
+        Some(&pod.path()),
+        "eth1",
+        &json!({"cniVersion": "9.9.9", "name": "x", "type": "ferrule"}),
+    );
+    assert!(!ok && v["code"] == 1, "{v}");
+    let bad_ipam = net_conf(
+        &d.socket,
+        &ipam,
+        vhost.path(),
+        json!({"ipam": {"type": "no-such-ipam"}}),
+    );
+    let (ok, v) = plugin("ADD", "c2", Some(&pod.path()), "eth1", &bad_ipam);
+    assert!(
+        !ok && v["msg"].as_str().unwrap().contains("not found"),
+        "{v}"
+    );
+
+    // vhost-user: the socket is created in the vhost directory and reported.
+    let vconf = net_conf(
+        &d.socket,
+        &ipam,
+        vhost.path(),
+        json!({"interface": "vhost-user"}),
+    );
+    let (ok, v) = plugin("ADD", "v1", Some(&pod.path()), "net1", &vconf);
+    assert!(ok, "{v}");
+    let socket = v["interfaces"][0]["socketPath"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        socket.starts_with(&vhost.path().display().to_string()),
+        "{socket}"
+    );
+    assert!(Path::new(&socket).exists());
+
+    // DEL removes the port, the veth and the addresses; a second DEL succeeds too.
+    for _ in 0..2 {
+        let (ok, v) = plugin("DEL", "c1", Some(&pod.path()), "eth0", &conf);
+        assert!(ok, "{v}");
+        let (ok, v) = plugin("DEL", "v1", None, "net1", &vconf);
+        assert!(ok, "{v}");
+    }
+    assert!(port(&d.ctl_json(&["ports"]), &name).is_none());
+    assert!(!Path::new(&socket).exists());
+    let links = pod.exec(&["ip", "-o", "link"]);
+    assert!(!links.contains("eth0"), "{links}");
+    let held: Vec<_> = std::fs::read_dir(ipam.join("ferrule"))
+        .map(|r| r.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(
+        held.iter().all(|f| {
+            let f = f.to_string_lossy();
+            f.starts_with("last_reserved") || f == "lock"
+        }),
+        "addresses still reserved: {held:?}"
+    );
+}
+
+/// `/etc/cni/net.d` and `/opt/cni/bin/ferrule` for the test, restored on drop.
+struct CniInstall {
+    saved: Option<PathBuf>,
+    created_bin: Vec<PathBuf>,
+}
+
+impl CniInstall {
+    fn new(conflist: &Value, scratch: &Path) -> CniInstall {
+        let netd = Path::new("/etc/cni/net.d");
+        let saved = netd.exists().then(|| {
+            let to = scratch.join("net.d.saved");
+            must(&["cp", "-a", "/etc/cni/net.d", to.to_str().unwrap()]);
+            to
+        });
+        let mut me = CniInstall {
+            saved,
+            created_bin: Vec::new(),
+        };
+        let _ = std::fs::remove_dir_all(netd);
+        std::fs::create_dir_all(netd).unwrap();
+        std::fs::write(netd.join("10-ferrule.conflist"), conflist.to_string()).unwrap();
+        let bin = Path::new("/opt/cni/bin");
+        let mut missing = Vec::new();
+        let mut at = bin.to_path_buf();
+        while !at.exists() {
+            missing.push(at.clone());
+            at.pop();
+        }
+        std::fs::create_dir_all(bin).unwrap();
+        me.created_bin.extend(missing.into_iter().rev());
+        let plugin = bin.join("ferrule");
+        let previous = scratch.join("ferrule.saved");
+        if plugin.exists() {
+            std::fs::copy(&plugin, &previous).unwrap();
+        }
+        std::fs::copy(cni_bin(), &plugin).unwrap();
+        me
+    }
+}
+
+impl Drop for CniInstall {
+    fn drop(&mut self) {
+        let netd = Path::new("/etc/cni/net.d");
+        let _ = std::fs::remove_dir_all(netd);
+        if let Some(saved) = &self.saved {
+            let _ = sh(&["cp", "-a", saved.to_str().unwrap(), "/etc/cni/net.d"]);
+        }
+        let plugin = Path::new("/opt/cni/bin/ferrule");
+        let _ = std::fs::remove_file(plugin);
+        if let Some(scratch) = self.saved.as_ref().and_then(|s| s.parent()) {
+            let previous = scratch.join("ferrule.saved");
+            if previous.exists() {
+                let _ = std::fs::copy(previous, plugin);
+            }
+        }
+        for dir in self.created_bin.iter().rev() {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
+
+/// A containerd of the test's own (its own root, state and socket), and the containers
+/// it runs; every container is killed (so the runtime calls CNI DEL) and containerd
+/// stopped on drop.
+struct Containerd {
+    dir: PathBuf,
+    daemon: Child,
+    runs: Vec<(String, Child)>,
+}
+
+impl Containerd {
+    fn start(dir: &Path) -> Containerd {
+        let log = std::fs::File::create(dir.join("containerd.log")).unwrap();
+        let daemon = Command::new("containerd")
+            .arg("--root")
+            .arg(dir.join("root"))
+            .arg("--state")
+            .arg(dir.join("state"))
+            .arg("--address")
+            .arg(dir.join("containerd.sock"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("containerd (Debian package containerd; scripts/setup.sh installs it)");
+        let c = Containerd {
+            dir: dir.to_path_buf(),
+            daemon,
+            runs: Vec::new(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !c.ctr(&["version"]).status.success() {
+            assert!(Instant::now() < deadline, "containerd did not start");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        c
+    }
+
+    fn ctr(&self, args: &[&str]) -> Output {
+        Command::new("ctr")
+            .arg("--address")
+            .arg(self.dir.join("containerd.sock"))
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("ctr")
+    }
+
+    /// A busybox root filesystem of its own for container `id`.
+    fn rootfs(&self, id: &str) -> PathBuf {
+        let root = self.dir.join(format!("rootfs-{id}"));
+        for d in ["bin", "proc", "sys", "dev", "etc", "tmp"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        std::fs::copy("/bin/busybox", root.join("bin/busybox")).expect("busybox-static");
+        let list = must(&["/bin/busybox", "--list"]);
+        for applet in list.lines().filter(|a| *a != "busybox") {
+            let _ = std::os::unix::fs::symlink("busybox", root.join("bin").join(applet));
+        }
+        root
+    }
+
+    /// Runs container `id` (`sleep`) with CNI networking, in the foreground of a `ctr
+    /// run --rm` kept as a child: when the container is killed, ctr removes its network
+    /// (CNI DEL) and the container.
+    fn run(&mut self, id: &str) {
+        let rootfs = self.rootfs(id);
+        let child = Command::new("ctr")
+            .arg("--address")
+            .arg(self.dir.join("containerd.sock"))
+            .args(["run", "--rm", "--cni", "--rootfs"])
+            .arg(&rootfs)
+            .args([id, "/bin/sleep", "600"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(self.dir.join(format!("{id}.log"))).unwrap())
+            .spawn()
+            .expect("ctr run");
+        self.runs.push((id.to_string(), child));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let o = self.exec(id, &["ip", "-o", "addr", "show", "eth0"]);
+            if o.status.success() && String::from_utf8_lossy(&o.stdout).contains("10.1.0.") {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "container {id} got no network: {}",
+                std::fs::read_to_string(self.dir.join(format!("{id}.log"))).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn exec(&self, id: &str, cmd: &[&str]) -> Output {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let exec_id = format!("x{}", N.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        // Without an image there is no PATH: programs by their busybox path.
+        let program = format!("/bin/{}", cmd[0]);
+        let mut args = vec!["task", "exec", "--exec-id", &exec_id, id, &program];
+        args.extend_from_slice(&cmd[1..]);
+        self.ctr(&args)
+    }
+
+    fn exec_ok(&self, id: &str, cmd: &[&str]) -> String {
+        let o = self.exec(id, cmd);
+        assert!(
+            o.status.success(),
+            "{id}: {cmd:?}: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// Kills container `id` and waits until ctr has removed it (and its network).
+    fn remove(&mut self, id: &str) {
+        let _ = self.ctr(&["task", "kill", "-s", "SIGKILL", id]);
+        if let Some(i) = self.runs.iter().position(|(n, _)| n == id) {
+            let (_, mut child) = self.runs.remove(i);
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            stop_timeout_child(&mut child);
+        }
+    }
+
+    /// The address of `id`'s eth0 of one family.
+    fn address(&self, id: &str, v6: bool) -> String {
+        let out = self.exec_ok(
+            id,
+            &[
+                "ip",
+                "-o",
+                if v6 { "-6" } else { "-4" },
+                "addr",
+                "show",
+                "eth0",
+                "scope",
+                "global",
+            ],
+        );
+        out.split_whitespace()
+            .skip_while(|w| *w != "inet" && *w != "inet6")
+            .nth(1)
+            .and_then(|a| a.split('/').next())
+            .unwrap_or_else(|| panic!("no address on {id}: {out}"))
+            .to_string()
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        let ids: Vec<String> = self.runs.iter().map(|(n, _)| n.clone()).collect();
+        for id in ids {
+            self.remove(&id);
+        }
+        let _ = Command::new("kill")
+            .arg(self.daemon.id().to_string())
+            .status();
+        stop_timeout_child(&mut self.daemon);
+        // Whatever containerd left mounted under its root.
+        let root = self.dir.join("root");
+        if let Ok(mounts) = std::fs::read_to_string("/proc/self/mounts") {
+            let mut ours: Vec<&str> = mounts
+                .lines()
+                .filter_map(|l| l.split_whitespace().nth(1))
+                .filter(|m| Path::new(m).starts_with(&self.dir))
+                .collect();
+            ours.sort_by_key(|m| std::cmp::Reverse(m.len()));
+            for m in ours {
+                let _ = sh(&["umount", "-l", m]);
+            }
+        }
+        let _ = std::fs::remove_dir_all(root);
+    }
+}
+
+#[test]
+fn containers_run_by_containerd_get_their_network_from_ferrule() {
+    if sh(&["which", "containerd"]).status.code() != Some(0) {
+        panic!("containerd is not installed: run scripts/setup.sh as root");
+    }
+    let prefix = unique_prefix("ctrd");
+    let tag = std::process::id() % 100_000;
+    let router = Netns::router(&format!("fdr{tag}"), &format!("fdu{tag}"));
+    let scratch = tempfile::tempdir().unwrap();
+    let vhost = scratch.path().join("vhost");
+    let mut d = ferruled_with_uplink(&prefix, router.root_end.as_deref().unwrap(), &vhost);
+    let ipam = scratch.path().join("ipam");
+    // A 3 MB file beyond the uplink, reachable only through SNAT.
+    let www = scratch.path().join("www");
+    std::fs::create_dir_all(&www).unwrap();
+    let blob: Vec<u8> = (0..3_000_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(www.join("blob"), &blob).unwrap();
+    let mut router = router;
+    router.servers.push(
+        Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &router.name,
+                "python3",
+                "-m",
+                "http.server",
+                "8080",
+                "--bind",
+                "203.0.113.1",
+                "--directory",
+            ])
+            .arg(&www)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let conflist = json!({
+        "cniVersion": "1.0.0",
+        "name": "ferrule",
+        "plugins": [net_conf(&d.socket, &ipam, &vhost, json!({}))]
+    });
+    let _install = CniInstall::new(&conflist, scratch.path());
+    let mut rt = Containerd::start(scratch.path());
+    rt.run("alpha");
+    rt.run("beta");
+    let (a4, b4) = (rt.address("alpha", false), rt.address("beta", false));
+    let (a6, b6) = (rt.address("alpha", true), rt.address("beta", true));
+    assert_ne!(a4, b4);
+    // Each container is a Ferrule pod port.
+    let ports = d.ctl_json(&["ports"]);
+    let pods: Vec<&Value> = ports["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["role"] == "pod")
+        .collect();
+    assert_eq!(pods.len(), 2, "{ports}");
+    // ctr names a container's network `NAMESPACE-ID`.
+    let port_of = |id: &str| -> String {
+        let name = ferrule_cni::plugin::port_name(&format!("default-{id}"), "eth0");
+        assert!(
+            pods.iter().any(|p| p["name"] == name.as_str()),
+            "no port {name}: {ports}"
+        );
+        name
+    };
+    let (pa, pb) = (port_of("alpha"), port_of("beta"));
+
+    // Gateway, each other over IPv4 and IPv6.
+    rt.exec_ok("alpha", &["ping", "-c", "2", "-W", "2", "169.254.1.1"]);
+    rt.exec_ok("alpha", &["ping", "-c", "2", "-W", "2", &b4]);
+    rt.exec_ok("beta", &["ping", "-c", "2", "-W", "2", &a4]);
+    rt.exec_ok("alpha", &["ping", "-6", "-c", "2", "-W", "2", &b6]);
+    rt.exec_ok("beta", &["ping", "-6", "-c", "2", "-W", "2", &a6]);
+    // A few MB over TCP beyond the uplink, masqueraded, byte-exact.
+    let sum = rt.exec_ok(
+        "alpha",
+        &[
+            "sh",
+            "-c",
+            "wget -q -O - http://203.0.113.1:8080/blob | sha256sum",
+        ],
+    );
+    let want = must(&["sha256sum", www.join("blob").to_str().unwrap()]);
+    assert_eq!(
+        sum.split_whitespace().next(),
+        want.split_whitespace().next(),
+        "the file arrived changed"
+    );
+    let nat = d.ctl(&["nat", "dump"]);
+    assert!(nat.status.success());
+
+    // A NetworkPolicy rendered by ferrule-agent: beta accepts nothing from alpha.
+    let state = scratch.path().join("manifests");
+    std::fs::create_dir_all(&state).unwrap();
+    let node = "node-1";
+    let manifests = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: alpha, namespace: default, labels: {{app: alpha}}, annotations: {{ferrule.io/port: {pa}}}}}\n\
+         spec: {{nodeName: {node}, containers: [{{name: c}}]}}\nstatus: {{podIPs: [{{ip: \"{a4}\"}}, {{ip: \"{a6}\"}}]}}\n---\n\
+         apiVersion: v1\nkind: Pod\nmetadata: {{name: beta, namespace: default, labels: {{app: beta}}, annotations: {{ferrule.io/port: {pb}}}}}\n\
+         spec: {{nodeName: {node}, containers: [{{name: c}}]}}\nstatus: {{podIPs: [{{ip: \"{b4}\"}}, {{ip: \"{b6}\"}}]}}\n---\n\
+         apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {{name: beta-not-from-alpha, namespace: default}}\n\
+         spec:\n  podSelector: {{matchLabels: {{app: beta}}}}\n  policyTypes: [Ingress]\n  ingress:\n    - from: [{{ipBlock: {{cidr: 0.0.0.0/0, except: [\"{a4}/32\"]}}}}]\n"
+    );
+    std::fs::write(state.join("cluster.yaml"), manifests).unwrap();
+    let mut agent = Command::new(agent_bin())
+        .args([
+            "--state",
+            state.to_str().unwrap(),
+            "--node",
+            node,
+            "--interval-ms",
+            "200",
+        ])
+        .arg("--socket")
+        .arg(&d.socket)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(scratch.path().join("agent.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while rt
+        .exec("alpha", &["ping", "-c", "1", "-W", "1", &b4])
+        .status
+        .success()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the policy did not stop alpha -> beta: {}",
+            std::fs::read_to_string(scratch.path().join("agent.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // The other direction is untouched.
+    rt.exec_ok("beta", &["ping", "-c", "2", "-W", "2", &a4]);
+    stop_timeout_child(&mut agent);
+    // The tables go before the ports: a port with tables attached is not deleted.
+    let mut clear = Command::new(ferrulectl_bin())
+        .arg("--socket")
+        .arg(&d.socket)
+        .args(["acl", "apply", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    clear
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"tables: []\n")
+        .unwrap();
+    assert!(clear.wait().unwrap().success());
+
+    // Removing the containers removes their ports and releases their addresses.
+    rt.remove("alpha");
+    rt.remove("beta");
+    let ports = d.ctl_json(&["ports"]);
+    assert!(
+        port(&ports, &pa).is_none() && port(&ports, &pb).is_none(),
+        "{ports}"
+    );
+    let left: Vec<String> = std::fs::read_dir(ipam.join("ferrule"))
+        .map(|r| {
+            r.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(
+        left.iter()
+            .all(|f| f.starts_with("last_reserved") || f == "lock"),
+        "addresses still reserved: {left:?}"
+    );
+    let links = must(&["ip", "-o", "link"]);
+    for id in ["default-alpha", "default-beta"] {
+        let veth = ferrule_cni::plugin::host_veth_name(id, "eth0");
+        assert!(!links.contains(&veth), "{veth} left behind: {links}");
+    }
+    drop(rt);
+    let status = d.terminate();
+    assert!(status.success(), "{}", d.log_text());
+}
