@@ -4,7 +4,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all setup build demo test lint no-dpdk bench fuzz wire-fixtures clean
+.PHONY: all setup build demo test lint no-dpdk install-cni bench fuzz wire-fixtures clean
 
 all: build
 
@@ -23,15 +23,19 @@ lint: setup
 	# The parser's fuzz target (its own workspace): CI builds it; run it with `make fuzz`.
 	$(CARGO) build --manifest-path dataplane/fuzz/Cargo.toml
 
-# ferrulectl, ferrule-policy (with ferrule-agent) and ferrule-api build with no DPDK
-# development files visible, and none of them depends on ferrule-ffi.
+# ferrulectl, ferrule-policy (with ferrule-agent), ferrule-cni and ferrule-api build with
+# no DPDK development files visible, and none of them depends on ferrule-ffi.
 no-dpdk:
-	@if $(CARGO) tree -p ferrulectl -p ferrule-policy -p ferrule-api -e normal,build --prefix none \
+	@if $(CARGO) tree -p ferrulectl -p ferrule-policy -p ferrule-api -p ferrule-cni -e normal,build --prefix none \
 		| grep -E '^(ferrule-ffi|bindgen) '; then \
-		echo "no-dpdk: ferrulectl/ferrule-policy/ferrule-api depend on DPDK (above)" >&2; exit 1; fi
+		echo "no-dpdk: ferrulectl/ferrule-policy/ferrule-api/ferrule-cni depend on DPDK (above)" >&2; exit 1; fi
 	@mkdir -p target/no-dpdk-pkgconfig
 	PKG_CONFIG_PATH=$(CURDIR)/target/no-dpdk-pkgconfig PKG_CONFIG_LIBDIR=$(CURDIR)/target/no-dpdk-pkgconfig \
-		$(CARGO) build -p ferrulectl -p ferrule-policy -p ferrule-api
+		$(CARGO) build -p ferrulectl -p ferrule-policy -p ferrule-api -p ferrule-cni
+
+# The CNI plugin, as the runtime looks it up (`"type": "ferrule"`): /opt/cni/bin/ferrule.
+install-cni: build
+	install -D -m 0755 target/release/ferrule-cni $(DESTDIR)/opt/cni/bin/ferrule
 
 # The whole suite: lint, the no-DPDK build of the clients, unit tests, EAL tests on virtual devices, control-socket tests,
 # end-to-end tests that start ferruled and ferrulectl, and the demo itself.
