@@ -85,6 +85,8 @@ pub struct ConfigError {
 pub struct Config {
     pub eal: EalSection,
     pub control: ControlSection,
+    /// `[state]`: where run-time changes are kept across restarts (none: not kept).
+    pub state: Option<PathBuf>,
     pub dataplane: DataplaneSection,
     pub log: LogSection,
     pub ports: Vec<PortConfig>,
@@ -339,6 +341,15 @@ struct RawConfig {
     vpc: RawVpc,
     #[serde(default)]
     ct: RawCt,
+    #[serde(default)]
+    state: RawState,
+}
+
+/// `[state]`, as written.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+struct RawState {
+    path: Option<Spanned<PathBuf>>,
 }
 
 /// `[ct]`, as written (keys in kebab-case, `[ct.timeouts]` in seconds).
@@ -1094,9 +1105,24 @@ impl RawConfig {
         }
         let snat = self.vpc.validate(&ports, ctx)?;
         let ct = self.ct.validate(ctx)?;
+        let state = match &self.state.path {
+            None => None,
+            Some(p) => {
+                let path = p.get_ref();
+                if !path.is_absolute() || path.file_name().is_none() {
+                    return Err(ctx.err(
+                        p.span(),
+                        "state.path",
+                        format!("{}: an absolute file path", path.display()),
+                    ));
+                }
+                Some(path.clone())
+            }
+        };
         Ok(Config {
             eal,
             control,
+            state,
             dataplane,
             log,
             ports,

@@ -218,6 +218,46 @@ impl Ferruled {
         self.child.as_ref().map(Child::id)
     }
 
+    /// Kills ferruled with SIGKILL, as a crash would, and starts it again on the same
+    /// configuration and socket (not under a wrapper); waits until it answers. Its log
+    /// goes on in the same file.
+    pub fn crash_and_restart(&mut self, extra_args: &[&str]) -> anyhow::Result<()> {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let log = std::fs::OpenOptions::new().append(true).open(&self.log)?;
+        let child = Command::new(ferruled_bin())
+            .arg("--config")
+            .arg(self.dir.path().join("ferrule.toml"))
+            .arg("--socket")
+            .arg(&self.socket)
+            .args(extra_args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()?;
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                self.child = None;
+                anyhow::bail!("ferruled exited early ({status}):\n{}", self.log_text());
+            }
+            if self.socket.exists() && self.ctl(&["version"]).status.success() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                anyhow::bail!("ferruled did not answer within 30 s:\n{}", self.log_text());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }

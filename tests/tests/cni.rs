@@ -110,8 +110,13 @@ impl Drop for Netns {
 /// its uplink on the router's veth, a default route through the router and SNAT to the
 /// node IP for destinations outside 192.0.2.0/24 and the pod subnet.
 fn ferruled_with_uplink(prefix: &str, uplink: &str, vhost_dir: &Path) -> Ferruled {
+    ferruled_with_uplink_and(prefix, uplink, vhost_dir, "")
+}
+
+/// As `ferruled_with_uplink`, with more configuration (`extra`, TOML sections).
+fn ferruled_with_uplink_and(prefix: &str, uplink: &str, vhost_dir: &Path, extra: &str) -> Ferruled {
     let cfg = format!(
-        "{}[control]\nvhost_dirs = [\"{}\"]\n\n\
+        "{extra}\n{}[control]\nvhost_dirs = [\"{}\"]\n\n\
          [[port]]\nname = \"up\"\ndevargs = \"net_af_packet_{p},iface={uplink}\"\nrole = \"uplink\"\n\
          addresses = [\"192.0.2.10/24\"]\n\n\
          [[route]]\nprefix = \"0.0.0.0/0\"\nport = \"up\"\nvia = \"192.0.2.1\"\n\n\
@@ -751,6 +756,145 @@ fn containers_run_by_containerd_get_their_network_from_ferrule() {
         assert!(!links.contains(&veth), "{veth} left behind: {links}");
     }
     drop(rt);
+    let status = d.terminate();
+    assert!(status.success(), "{}", d.log_text());
+}
+
+#[test]
+fn a_crash_loses_nothing_given_at_run_time() {
+    let prefix = unique_prefix("crash");
+    let tag = std::process::id() % 100_000;
+    let router = Netns::router(&format!("fer{tag}"), &format!("feu{tag}"));
+    let keep = tempfile::tempdir().unwrap();
+    let state = keep.path().join("lib/state.json");
+    let extra = format!("[state]\npath = \"{}\"\n", state.display());
+    let mut d = ferruled_with_uplink_and(
+        &prefix,
+        router.root_end.as_deref().unwrap(),
+        keep.path(),
+        &extra,
+    );
+    let ipam = keep.path().join("ipam");
+    let conf = net_conf(&d.socket, &ipam, keep.path(), json!({}));
+    let (p1, p2) = (
+        Netns::new(&format!("fe1p{tag}")),
+        Netns::new(&format!("fe2p{tag}")),
+    );
+    let (ok, r1) = plugin("ADD", "k1", Some(&p1.path()), "eth0", &conf);
+    assert!(ok, "{r1}");
+    let (ok, r2) = plugin("ADD", "k2", Some(&p2.path()), "eth0", &conf);
+    assert!(ok, "{r2}");
+    let ip_of = |r: &Value| {
+        r["ips"][0]["address"]
+            .as_str()
+            .unwrap()
+            .split('/')
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    let (a1, a2) = (ip_of(&r1), ip_of(&r2));
+    // Run-time state of every kind: a route, an ACL table attached to k2's port, VPC.
+    assert!(d
+        .ctl(&["route", "add", "198.51.100.0/24", "--blackhole"])
+        .status
+        .success());
+    let k2 = ferrule_cni::plugin::port_name("k2", "eth0");
+    let acl = format!(
+        "tables:\n  - name: k2-in\n    rules:\n      - {{action: deny, proto: udp, dst_port: 9}}\n      - {{action: permit}}\n\
+         attach:\n  - {{port: {k2}, direction: egress, table: k2-in}}\n"
+    );
+    let acl_file = keep.path().join("acl.yaml");
+    std::fs::write(&acl_file, acl).unwrap();
+    assert!(d
+        .ctl(&["acl", "apply", "-f", acl_file.to_str().unwrap()])
+        .status
+        .success());
+    assert!(d
+        .ctl(&[
+            "vpc",
+            "set",
+            "--node-ip",
+            "192.0.2.10",
+            "--vpc-cidr",
+            "192.0.2.0/24",
+            "--vpc-cidr",
+            "10.1.0.0/16"
+        ])
+        .status
+        .success());
+    p1.exec(&["ping", "-c", "1", "-W", "2", &a2]);
+    let before_ports = d.ctl_json(&["ports"]);
+    let before_routes = d.ctl_json(&["route", "dump"]);
+
+    // Under traffic: kill -9, start again. No CNI call, no re-apply.
+    let mut pinger = Command::new("ip")
+        .args([
+            "netns", "exec", &p1.name, "ping", "-i", "0.05", "-W", "1", &a2,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let crashed = Instant::now();
+    d.crash_and_restart(&[]).expect("restart");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !sh(&[
+        "ip", "netns", "exec", &p1.name, "ping", "-c", "1", "-W", "1", &a2,
+    ])
+    .status
+    .success()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "pods apart after the restart:\n{}",
+            d.log_text()
+        );
+    }
+    let back = crashed.elapsed();
+    stop_timeout_child(&mut pinger);
+    p2.exec(&["ping", "-c", "1", "-W", "2", &a1]);
+    p1.exec(&["ping", "-c", "1", "-W", "2", "203.0.113.1"]);
+    eprintln!(
+        "pods reach each other again {:.1} s after the crash",
+        back.as_secs_f64()
+    );
+    let ports = d.ctl_json(&["ports"]);
+    for name in ["k1", "k2"] {
+        let pname = ferrule_cni::plugin::port_name(name, "eth0");
+        let before = port(&before_ports, &pname).cloned().unwrap();
+        let after = port(&ports, &pname).unwrap_or_else(|| panic!("{pname} not restored: {ports}"));
+        for key in ["pod", "role", "devargs", "gateway_ip"] {
+            assert_eq!(before[key], after[key], "{pname}.{key}");
+        }
+    }
+    assert_eq!(d.ctl_json(&["route", "dump"]), before_routes);
+    let dump = d.ctl_json(&["acl", "dump"]);
+    assert_eq!(dump["tables"][0]["name"], "k2-in", "{dump}");
+    assert_eq!(
+        dump["tables"][0]["attached"][0]["port"],
+        k2.as_str(),
+        "{dump}"
+    );
+    let vpc = d.ctl_json(&["vpc", "show"]);
+    assert!(vpc.to_string().contains("192.0.2.10"), "{vpc}");
+
+    // A corrupt state file stops the start, naming the file; --discard-state starts
+    // without it.
+    std::fs::write(&state, b"{\"version\": 1, \"ports\": [").unwrap();
+    let e = d
+        .crash_and_restart(&[])
+        .expect_err("started on a corrupt state file");
+    assert!(e.to_string().contains(&state.display().to_string()), "{e}");
+    d.crash_and_restart(&["--discard-state"])
+        .expect("restart with --discard-state");
+    assert!(state.with_extension("discarded").exists());
+    assert!(port(&d.ctl_json(&["ports"]), &k2).is_none());
+    for (id, ns) in [("k1", &p1), ("k2", &p2)] {
+        let (ok, v) = plugin("DEL", id, Some(&ns.path()), "eth0", &conf);
+        assert!(ok, "{v}");
+    }
     let status = d.terminate();
     assert!(status.success(), "{}", d.log_text());
 }

@@ -3,7 +3,7 @@
 
 use clap::Parser;
 use ferrule_daemon::config::{Config, DEFAULT_CONFIG_PATH, EMBEDDED_DEFAULT};
-use ferrule_daemon::daemon::Daemon;
+use ferrule_daemon::daemon::{Daemon, StartOptions};
 use ferrule_daemon::fib::Fib;
 use ferrule_daemon::server::{Server, ServerConfig, StopReason};
 use std::path::PathBuf;
@@ -22,6 +22,13 @@ Configuration: --config PATH, else /etc/ferrule/ferrule.toml, else the embedded 
 (configs/ferrule.toml: the demo topology of scripts/netns-topology.sh — two pod ports \
 and an uplink on af_packet veths). Every key is documented \
 in configs/README.md. Logging goes to stderr; RUST_LOG overrides [log] level.\n\n\
+State: with [state] path (or --state), everything received at run time — ports added \
+over the socket, routes, static neighbours, the ACL tables and attachments, the VPC/SNAT \
+settings — is kept in that file (rewritten atomically after each change) and restored at \
+start before the workers poll, so a restart or a crash loses none of it. Connection \
+tracking is not kept: connections are tracked anew after a restart (see \
+docs/kubernetes.md). A corrupt file or one of another version stops the start (exit 1) \
+unless --discard-state is given.\n\n\
 SIGINT or SIGTERM stops polling, stops the ports, frees DPDK memory, removes the control \
 socket and exits 0.",
     after_help = "EXIT STATUS:\n  0  stopped by SIGINT/SIGTERM (or --check passed)\n  \
@@ -47,6 +54,16 @@ struct Args {
     /// EAL --file-prefix; overrides [eal] file_prefix (unique per DPDK process).
     #[arg(long, value_name = "PREFIX")]
     file_prefix: Option<String>,
+
+    /// File that keeps the state received at run time (ports, routes, neighbours, ACLs,
+    /// VPC) across restarts; overrides [state] path.
+    #[arg(long, value_name = "PATH")]
+    state: Option<PathBuf>,
+
+    /// Start even when the state file cannot be read: it is moved aside (PATH.discarded)
+    /// and the daemon starts with the configuration alone.
+    #[arg(long)]
+    discard_state: bool,
 
     /// Validate the configuration, print a summary and exit.
     #[arg(long)]
@@ -77,6 +94,12 @@ fn load_config(args: &Args) -> Result<(Config, String), String> {
     }
     if args.no_huge {
         cfg.eal.hugepages = false;
+    }
+    if let Some(state) = &args.state {
+        if !state.is_absolute() {
+            return Err(format!("--state {}: an absolute path", state.display()));
+        }
+        cfg.state = Some(state.clone());
     }
     if let Some(prefix) = &args.file_prefix {
         if prefix.is_empty()
@@ -188,7 +211,10 @@ fn main() -> ExitCode {
         eprintln!("ferruled: {e}");
         return ExitCode::from(1);
     }
-    let mut daemon = match Daemon::start(&cfg) {
+    let options = StartOptions {
+        discard_state: args.discard_state,
+    };
+    let mut daemon = match Daemon::start_with(&cfg, options) {
         Ok(d) => d,
         Err(e) => {
             eprintln!("ferruled: {e}");

@@ -73,6 +73,18 @@ pub enum StartError {
         lcore: u32,
         err: DpdkError,
     },
+    #[error(
+        "{0}\n  hint: fix or remove the file, or start with --discard-state to move it \
+         aside and start without the run-time state it held"
+    )]
+    State(crate::persist::StateError),
+}
+
+/// How `Daemon::start_with` treats the state file.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StartOptions {
+    /// An unreadable state file is moved aside instead of refusing to start.
+    pub discard_state: bool,
 }
 
 struct PortRuntime {
@@ -99,6 +111,9 @@ pub struct Daemon {
     dataplane: crate::config::DataplaneSection,
     /// What `port.add` may open (`[control]`).
     devices: devices::DevicePolicy,
+    /// The run-time state kept across restarts, and its file (`[state] path`).
+    saved: crate::persist::SavedState,
+    state_file: Option<crate::persist::StateFile>,
     pool: Arc<Mempool>,
     eal: Eal,
     started: Instant,
@@ -237,6 +252,12 @@ pub fn plan_workers(cfg: &Config, worker_lcores: &[u32], port_ids: &[u16]) -> Ve
 impl Daemon {
     /// Starts the EAL, creates the pool, brings up every port and launches the workers.
     pub fn start(cfg: &Config) -> Result<Daemon, StartError> {
+        Daemon::start_with(cfg, StartOptions::default())
+    }
+
+    /// As [`Daemon::start`]; with `[state] path` set, the run-time state saved there is
+    /// restored before the workers start polling.
+    pub fn start_with(cfg: &Config, options: StartOptions) -> Result<Daemon, StartError> {
         let eal = Eal::init(&eal_config(cfg), "ferruled").map_err(StartError::Eal)?;
         tracing::info!(dpdk = %dpdk::version(), args = ?eal.args(), "EAL started");
         let pool = Mempool::new(
@@ -339,12 +360,79 @@ impl Daemon {
             ports: ports.into_iter().map(Some).collect(),
             dataplane: cfg.dataplane.clone(),
             devices: devices::DevicePolicy::from_control(&cfg.control),
+            saved: crate::persist::SavedState::default(),
+            state_file: None,
             pool,
             eal,
             started: Instant::now(),
         };
+        if let Some(path) = &cfg.state {
+            daemon.restore(crate::persist::StateFile::new(path), options)?;
+        }
         daemon.launch()?;
         Ok(daemon)
+    }
+
+    /// Replays the saved run-time state (ports, routes, neighbours, VPC, ACL); a change
+    /// that no longer applies (a pod's veth gone while the daemon was down) is logged
+    /// and, for a port, dropped from the state.
+    fn restore(
+        &mut self,
+        file: crate::persist::StateFile,
+        options: StartOptions,
+    ) -> Result<(), StartError> {
+        let loaded = match file.load() {
+            Ok(s) => s,
+            Err(e) if options.discard_state => {
+                let aside = file.discard().map_err(StartError::State)?;
+                tracing::warn!(error = %e, moved_to = ?aside, "state file discarded");
+                file.load().map_err(StartError::State)?
+            }
+            Err(e) => return Err(StartError::State(e)),
+        };
+        let mut kept = loaded.clone();
+        let mut failed = 0usize;
+        for (method, params) in loaded.replay() {
+            if let Err(e) = self.dispatch(method, &params) {
+                failed += 1;
+                tracing::warn!(method, error = %e, "saved change not restored");
+                if method == api::port_method::ADD {
+                    if let Some(name) = params.get("name").and_then(Value::as_str) {
+                        kept.ports.retain(|p| p.name != name);
+                    }
+                }
+            }
+        }
+        if !loaded.is_empty() {
+            tracing::info!(
+                file = %file.path().display(),
+                ports = kept.ports.len(),
+                routes = kept.routes.len(),
+                neighbors = kept.neighbors.len(),
+                acl = kept.acl.is_some(),
+                vpc = kept.vpc.is_some(),
+                failed,
+                "run-time state restored"
+            );
+        }
+        if kept != loaded {
+            file.save(&kept).map_err(StartError::State)?;
+        }
+        self.saved = kept;
+        self.state_file = Some(file);
+        Ok(())
+    }
+
+    /// Keeps an accepted change in the state file.
+    fn persist(&mut self, method: &str, params: &Value) {
+        let Some(file) = &self.state_file else {
+            return;
+        };
+        if self.saved.record(method, params) {
+            if let Err(e) = file.save(&self.saved) {
+                tracing::error!(error = %e, method, "the change is in force but not saved: a restart loses it");
+            }
+        }
     }
 
     fn launch(&mut self) -> Result<(), StartError> {
@@ -558,6 +646,20 @@ fn no_params(params: &Value) -> Result<(), RpcError> {
 
 impl Service for Daemon {
     fn call(&mut self, method: &str, params: &Value) -> Result<Value, RpcError> {
+        let out = self.dispatch(method, params);
+        if out.is_ok() {
+            self.persist(method, params);
+        }
+        out
+    }
+
+    fn tick(&mut self) {
+        self.tick_housekeeping();
+    }
+}
+
+impl Daemon {
+    fn dispatch(&mut self, method: &str, params: &Value) -> Result<Value, RpcError> {
         match method {
             api::method::VERSION => {
                 no_params(params)?;
@@ -580,7 +682,7 @@ impl Service for Daemon {
         }
     }
 
-    fn tick(&mut self) {
+    fn tick_housekeeping(&mut self) {
         self.state.drain_punts(&self.pool);
         self.state.resolve_due(&self.pool);
         let now = Instant::now();
