@@ -6,6 +6,7 @@ pub mod acl;
 pub mod config;
 pub mod daemon;
 pub mod fib;
+pub mod metrics;
 pub mod persist;
 pub mod resolver;
 pub mod server;
