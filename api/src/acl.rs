@@ -37,10 +37,29 @@ pub struct AclTable {
     pub rules: Vec<Rule>,
 }
 
-/// A table attached to a port in one direction.
+/// What an attachment names: a port, or the Kubernetes pod a port records (`port.add
+/// --pod`, the CNI plugin's ADD). A pod's attachment follows the pod: it applies to
+/// whichever port records it, and waits while none does.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum AttachTarget {
+    Port(String),
+    /// `namespace/name`.
+    Pod(String),
+}
+
+impl std::fmt::Display for AttachTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AttachTarget::Port(p) => write!(f, "port {p}"),
+            AttachTarget::Pod(p) => write!(f, "pod {p}"),
+        }
+    }
+}
+
+/// A table attached to a port (or a pod's port) in one direction.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AclAttach {
-    pub port: String,
+    pub target: AttachTarget,
     pub direction: Direction,
     pub table: String,
 }
@@ -318,20 +337,49 @@ impl AclApply {
         for (k, av) in list(top.get("attach"), "attach")?.iter().enumerate() {
             let path = format!("attach[{k}]");
             let map = object(av, &path)?;
-            unknown_keys(map, &["port", "direction", "table"], &path)?;
+            unknown_keys(map, &["port", "pod", "direction", "table"], &path)?;
             let port_path = join(&path, "port");
-            let port_name = string(map.get("port"), &port_path)?
-                .ok_or_else(|| invalid(&port_path, None, None, "required".into()))?;
-            if let Some(ports) = ports {
-                if !ports.contains(&port_name) {
+            let pod_path = join(&path, "pod");
+            let target = match (
+                string(map.get("port"), &port_path)?,
+                string(map.get("pod"), &pod_path)?,
+            ) {
+                (Some(port), None) => {
+                    if let Some(ports) = ports {
+                        if !ports.contains(&port) {
+                            return Err(invalid(
+                                &port_path,
+                                None,
+                                None,
+                                format!("no port named {port:?} (ports: {})", ports.join(", ")),
+                            ));
+                        }
+                    }
+                    AttachTarget::Port(port.to_string())
+                }
+                (None, Some(pod)) => {
+                    if !crate::valid_pod_ref(pod) {
+                        return Err(invalid(
+                            &pod_path,
+                            None,
+                            None,
+                            format!("{pod:?} is not NAMESPACE/NAME"),
+                        ));
+                    }
+                    AttachTarget::Pod(pod.to_string())
+                }
+                (Some(_), Some(_)) => {
                     return Err(invalid(
                         &port_path,
                         None,
                         None,
-                        format!("no port named {port_name:?} (ports: {})", ports.join(", ")),
-                    ));
+                        "give port or pod, not both".into(),
+                    ))
                 }
-            }
+                (None, None) => {
+                    return Err(invalid(&port_path, None, None, "required (or pod)".into()))
+                }
+            };
             let dir_path = join(&path, "direction");
             let direction = match string(map.get("direction"), &dir_path)? {
                 Some("ingress") => Direction::Ingress,
@@ -358,20 +406,20 @@ impl AclApply {
                 .ok_or_else(|| invalid(&table_path, None, None, "required".into()))?;
             if let Some(first) = attach
                 .iter()
-                .position(|a: &AclAttach| a.port == port_name && a.direction == direction)
+                .position(|a: &AclAttach| a.target == target && a.direction == direction)
             {
                 return Err(invalid(
                     &port_path,
                     None,
                     None,
                     format!(
-                        "port {port_name:?} already has an {} table (attach[{first}]); one table per port and direction",
+                        "{target} already has an {} table (attach[{first}]); one table per port and direction",
                         direction.name()
                     ),
                 ));
             }
             attach.push(AclAttach {
-                port: port_name.to_string(),
+                target,
                 direction,
                 table: table.to_string(),
             });
@@ -461,7 +509,10 @@ impl Serialize for AclAttach {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(Some(3))?;
         m.serialize_entry("direction", self.direction.name())?;
-        m.serialize_entry("port", &self.port)?;
+        match &self.target {
+            AttachTarget::Port(p) => m.serialize_entry("port", p)?,
+            AttachTarget::Pod(p) => m.serialize_entry("pod", p)?,
+        }
         m.serialize_entry("table", &self.table)?;
         m.end()
     }

@@ -104,6 +104,19 @@ pub struct PortInfo {
     pub counters: PortCounters,
 }
 
+/// Whether `text` names a Kubernetes pod as `namespace/name` (DNS-1123 labels).
+pub fn valid_pod_ref(text: &str) -> bool {
+    let label = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 253
+            && s.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+            && !s.starts_with('-')
+            && !s.ends_with('-')
+    };
+    matches!(text.split_once('/'), Some((ns, name)) if label(ns) && label(name))
+}
+
 /// Port methods' names.
 pub mod port_method {
     /// Attach a port at run time.
@@ -551,6 +564,39 @@ pub struct AclApplied {
     pub attachments_changed: bool,
     /// Time spent compiling changed tables, in milliseconds.
     pub compile_ms: f64,
+    /// Attachments whose port does not exist yet (a port name, or a pod no port records
+    /// yet): they take effect when that port is added.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending: Vec<AclPending>,
+}
+
+/// An attachment waiting for its port.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct AclPending {
+    /// The port named, or
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<String>,
+    /// the pod (`namespace/name`) whose port the table goes to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    /// `ingress` or `egress`.
+    pub direction: String,
+    pub table: String,
+}
+
+impl From<&acl::AclAttach> for AclPending {
+    fn from(a: &acl::AclAttach) -> Self {
+        let (port, pod) = match &a.target {
+            acl::AttachTarget::Port(p) => (Some(p.clone()), None),
+            acl::AttachTarget::Pod(p) => (None, Some(p.clone())),
+        };
+        AclPending {
+            port,
+            pod,
+            direction: a.direction.name().to_string(),
+            table: a.table.clone(),
+        }
+    }
 }
 
 impl AclApplied {
@@ -569,9 +615,14 @@ impl AclApplied {
         } else {
             format!("generation {}", self.generation)
         };
+        let waiting = if self.pending.is_empty() {
+            String::new()
+        } else {
+            format!("; {} attachments wait for their port", self.pending.len())
+        };
         format!(
             "{head}: {} tables, {} rules; added {}; changed {}; removed {}; unchanged {}; \
-             attachments {}; compiled in {:.1} ms",
+             attachments {}; compiled in {:.1} ms{waiting}",
             self.tables,
             self.rules,
             names(&self.added),
@@ -650,6 +701,9 @@ pub struct AclTableDump {
 pub struct AclDump {
     pub generation: u64,
     pub tables: Vec<AclTableDump>,
+    /// Attachments waiting for their port (see `AclApplied::pending`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending: Vec<AclPending>,
 }
 
 /// Params of `acl.clear-counters`.

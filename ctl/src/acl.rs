@@ -237,14 +237,27 @@ fn render_table(t: &AclTableDump) -> String {
 
 /// Human output of `acl dump`.
 pub fn render_dump(d: &AclDump) -> String {
-    if d.tables.is_empty() {
-        return "no ACL tables\n".into();
+    let mut out = if d.tables.is_empty() {
+        "no ACL tables\n".to_string()
+    } else {
+        d.tables
+            .iter()
+            .map(render_table)
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    if !d.pending.is_empty() {
+        out.push_str("\nwaiting for their port:\n");
+        for p in &d.pending {
+            let target = match (&p.port, &p.pod) {
+                (Some(port), _) => format!("port {port}"),
+                (None, Some(pod)) => format!("pod {pod}"),
+                (None, None) => "-".into(),
+            };
+            out.push_str(&format!("  {} {} {target}\n", p.table, p.direction));
+        }
     }
-    d.tables
-        .iter()
-        .map(render_table)
-        .collect::<Vec<_>>()
-        .join("\n")
+    out
 }
 
 #[cfg(test)]
@@ -283,6 +296,7 @@ mod tests {
             },
         };
         let dump = AclDump {
+            pending: Vec::new(),
             generation: 3,
             tables: vec![AclTableDump {
                 name: "pod-a-egress".into(),
@@ -313,10 +327,16 @@ mod tests {
         );
         assert_eq!(
             render_dump(&AclDump {
+                pending: vec![ferrule_api::AclPending {
+                    port: None,
+                    pod: Some("shop/web-0".into()),
+                    direction: "egress".into(),
+                    table: "t".into(),
+                }],
                 generation: 1,
                 tables: vec![]
             }),
-            "no ACL tables\n"
+            "no ACL tables\n\nwaiting for their port:\n  t egress pod shop/web-0\n"
         );
     }
 }

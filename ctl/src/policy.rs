@@ -22,9 +22,11 @@ Pods (labels, spec.nodeName, spec.hostNetwork, containers' named ports, status.p
 podIPs) and NetworkPolicies (networking.k8s.io/v1). Other kinds are skipped with a
 warning on stderr; an invalid object is an error naming it and its field.
 
-A pod is attached to the Ferrule port named by its annotation ferrule.io/port, or
-else to the port named like the pod. `render` and `verdict` need no daemon; `apply`
-sends the rendered tables to ferruled. See docs/policy.md.";
+A pod's tables attach to the port that records the pod (`port add --pod NS/NAME`, the
+CNI plugin), or to the port its annotation ferrule.io/port names; an attachment whose
+port does not exist yet waits in ferruled until the port is added. `render` and
+`verdict` need no daemon; `apply` sends the rendered tables to ferruled. See
+docs/policy.md.";
 
 /// `ferrulectl policy` subcommands.
 #[derive(Debug, Subcommand)]

@@ -5,7 +5,7 @@
 //! re-rendering equal to a full render after every change; named ports, IPv6,
 //! postponed and host-network pods; errors naming the object and field.
 
-use ferrule_daemon::acl::parse_apply;
+use ferrule_daemon::acl::{parse_apply, AclPort};
 use ferrule_dataplane::snapshot::PortRole;
 use ferrule_policy::cache::{load_path, parse_text, Cache, Key, Kind, Object, L4};
 use ferrule_policy::verdict::{Endpoint, Verdicts};
@@ -70,17 +70,34 @@ fn scenarios() -> Vec<String> {
 }
 
 /// The ports a daemon would have for `rendered`: every attached port plus an uplink.
-fn ports_of(apply: &Value) -> Vec<(String, PortRole)> {
-    let mut ports: Vec<(String, PortRole)> = apply["attach"]
+/// A port for every attachment of `apply`: the port it names, or a port that records
+/// the pod it names; and an uplink.
+fn ports_of(apply: &Value) -> Vec<AclPort> {
+    let mut ports: Vec<AclPort> = apply["attach"]
         .as_array()
         .into_iter()
         .flatten()
-        .filter_map(|a| a["port"].as_str())
-        .map(|p| (p.to_string(), PortRole::Pod))
+        .filter_map(|a| match (a["port"].as_str(), a["pod"].as_str()) {
+            (Some(port), _) => Some(AclPort {
+                name: port.to_string(),
+                role: PortRole::Pod,
+                pod: None,
+            }),
+            (None, Some(pod)) => Some(AclPort {
+                name: pod.replace('/', "-"),
+                role: PortRole::Pod,
+                pod: Some(pod.to_string()),
+            }),
+            _ => None,
+        })
         .collect();
-    ports.sort_by(|a, b| a.0.cmp(&b.0));
-    ports.dedup_by(|a, b| a.0 == b.0);
-    ports.push(("uplink0".into(), PortRole::Uplink));
+    ports.sort_by(|a, b| a.name.cmp(&b.name));
+    ports.dedup_by(|a, b| a.name == b.name);
+    ports.push(AclPort {
+        name: "uplink0".into(),
+        role: PortRole::Uplink,
+        pod: None,
+    });
     ports
 }
 
@@ -90,6 +107,11 @@ fn check_apply(apply: &Value, what: &str) {
     assert_eq!(
         desired.tables.len(),
         apply["tables"].as_array().map_or(0, Vec::len)
+    );
+    assert_eq!(
+        desired.attach.len(),
+        apply["attach"].as_array().map_or(0, Vec::len),
+        "{what}: every attachment reaches a port"
     );
 }
 

@@ -9,7 +9,7 @@
 //! once no worker can still hold a generation that counts into it; a slot's count is
 //! its workers' sum minus a baseline taken when it was (re)assigned or cleared.
 
-use ferrule_api::acl::{invalid, AclApply};
+use ferrule_api::acl::{invalid, AclApply, AclAttach, AttachTarget};
 use ferrule_api::rpc::RpcError;
 use ferrule_api::{self as api, AclAttachment, AclRuleDump, AclTableDump, Hits};
 use ferrule_dataplane::acl::table::{AclTables, Direction, Table};
@@ -23,54 +23,121 @@ use std::time::Instant;
 
 pub use ferrule_api::acl::MAX_TABLES;
 
+/// A port as the ACL state names it: its name, role and the pod it records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AclPort {
+    /// Empty for a free slot.
+    pub name: String,
+    pub role: PortRole,
+    /// `namespace/name` (`port.add --pod`, the CNI plugin).
+    pub pod: Option<String>,
+}
+
 /// The desired ACL state of one `acl.apply`, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Desired {
     /// Tables in input order: name and rules.
     pub tables: Vec<(String, Vec<Rule>)>,
-    /// (port index, direction, table index).
+    /// Every attachment as given (by port or pod, and table name): resolved again
+    /// whenever ports come or go.
+    pub requested: Vec<AclAttach>,
+    /// (port index, direction, table index): the attachments whose port exists now.
     pub attach: Vec<(u16, Direction, usize)>,
     /// Index of the global table.
     pub global: Option<usize>,
     pub dry_run: bool,
 }
 
-/// Decodes and validates `acl.apply` params ([`AclApply::from_params`]) against the
-/// daemon's ports (name, role), and resolves names to indices.
-pub fn parse_apply(params: &Value, ports: &[(String, PortRole)]) -> Result<Desired, RpcError> {
-    let names: Vec<&str> = ports.iter().map(|(n, _)| n.as_str()).collect();
-    let apply = AclApply::from_params(params, Some(&names))?;
-    let index: HashMap<&str, usize> = apply
-        .tables
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (t.name.as_str(), i))
-        .collect();
-    let table_index = |name: &str| {
-        index
-            .get(name)
-            .copied()
-            .ok_or_else(|| RpcError::internal(format!("table {name:?} vanished")))
+/// Decodes and validates `acl.apply` params ([`AclApply::from_params`]) and resolves
+/// attachments against the daemon's ports: by port name, or to every port that records
+/// the pod named. An attachment whose port does not exist yet is kept, pending.
+pub fn parse_apply(params: &Value, ports: &[AclPort]) -> Result<Desired, RpcError> {
+    let apply = AclApply::from_params(params, None)?;
+    let names: Vec<&str> = apply.tables.iter().map(|t| t.name.as_str()).collect();
+    let attach = resolve(&apply.attach, &names, ports)?;
+    let index = |name: &str| names.iter().position(|n| *n == name);
+    let global = match apply.global.as_deref() {
+        None => None,
+        Some(g) => {
+            Some(index(g).ok_or_else(|| RpcError::internal(format!("table {g:?} vanished")))?)
+        }
     };
-    let mut attach = Vec::with_capacity(apply.attach.len());
-    for a in &apply.attach {
-        let port = names
-            .iter()
-            .position(|n| *n == a.port)
-            .ok_or_else(|| RpcError::internal(format!("port {:?} vanished", a.port)))?;
-        attach.push((port as u16, a.direction, table_index(&a.table)?));
-    }
-    let global = apply.global.as_deref().map(table_index).transpose()?;
     Ok(Desired {
         tables: apply
             .tables
             .into_iter()
             .map(|t| (t.name, t.rules))
             .collect(),
+        requested: apply.attach,
         attach,
         global,
         dry_run: apply.dry_run,
     })
+}
+
+/// The attachments of `requested` whose port exists in `ports`, as (port index,
+/// direction, table index into `tables`). Two attachments that reach the same port and
+/// direction (a port named and a pod it records) are refused, naming the second.
+fn resolve(
+    requested: &[AclAttach],
+    tables: &[&str],
+    ports: &[AclPort],
+) -> Result<Vec<(u16, Direction, usize)>, RpcError> {
+    let mut out: Vec<(u16, Direction, usize)> = Vec::new();
+    let mut from: Vec<usize> = Vec::new();
+    for (k, a) in requested.iter().enumerate() {
+        let table = tables
+            .iter()
+            .position(|t| *t == a.table)
+            .ok_or_else(|| RpcError::internal(format!("table {:?} vanished", a.table)))?;
+        for (i, p) in ports.iter().enumerate() {
+            let hit = !p.name.is_empty()
+                && match &a.target {
+                    AttachTarget::Port(name) => p.name == *name,
+                    AttachTarget::Pod(pod) => p.pod.as_deref() == Some(pod.as_str()),
+                };
+            if !hit {
+                continue;
+            }
+            if let Some(j) = out
+                .iter()
+                .position(|&(q, d, _)| usize::from(q) == i && d == a.direction)
+            {
+                return Err(invalid(
+                    &format!("attach[{k}]"),
+                    None,
+                    None,
+                    format!(
+                        "{} reaches port {:?}, which attach[{}] gives an {} table already",
+                        a.target,
+                        p.name,
+                        from[j],
+                        a.direction.name()
+                    ),
+                ));
+            }
+            out.push((i as u16, a.direction, table));
+            from.push(k);
+        }
+    }
+    Ok(out)
+}
+
+/// The attachments of `requested` no port takes now.
+fn pending(requested: &[AclAttach], ports: &[AclPort]) -> Vec<AclAttach> {
+    requested
+        .iter()
+        .filter(|a| {
+            !ports.iter().any(|p| {
+                !p.name.is_empty()
+                    && match &a.target {
+                        AttachTarget::Port(name) => p.name == *name,
+                        AttachTarget::Pod(pod) => p.pod.as_deref() == Some(pod.as_str()),
+                    }
+            })
+        })
+        .cloned()
+        .collect()
 }
 
 /// Slots given up by an apply, reusable once `tables` (the generation's ACL state that
@@ -125,8 +192,11 @@ pub struct Applied {
 /// The ACL state in force and its counters' bookkeeping.
 #[derive(Debug)]
 pub struct AclManager {
-    /// Port names and roles, by port index.
-    ports: Vec<(String, PortRole)>,
+    /// The ports by index: name, role, pod.
+    ports: Vec<AclPort>,
+    /// The attachments of the state in force as applied (by port or pod): resolved
+    /// again when ports come or go.
+    requested: Vec<AclAttach>,
     current: Arc<AclTables>,
     slots: Slots,
     draining: Vec<Draining>,
@@ -147,15 +217,16 @@ fn raw(counters: &[&RuleCounters], slot: u32) -> Hits {
 
 impl AclManager {
     /// No tables, for a daemon with these ports (name, role) by index.
-    pub fn new(ports: Vec<(String, PortRole)>) -> AclManager {
+    pub fn new(ports: Vec<AclPort>) -> AclManager {
         AclManager::with_capacity(ports, RuleCounters::CAPACITY)
     }
 
     /// As [`AclManager::new`], with at most `capacity` counter slots (for tests of the
     /// limits; the workers' counters hold [`RuleCounters::CAPACITY`]).
-    pub fn with_capacity(ports: Vec<(String, PortRole)>, capacity: usize) -> AclManager {
+    pub fn with_capacity(ports: Vec<AclPort>, capacity: usize) -> AclManager {
         AclManager {
             ports,
+            requested: Vec::new(),
             current: Arc::default(),
             slots: Slots::new(capacity),
             draining: Vec::new(),
@@ -168,15 +239,69 @@ impl AclManager {
         Arc::clone(&self.current)
     }
 
-    /// The port names and roles.
-    pub fn ports(&self) -> &[(String, PortRole)] {
+    /// The ports by index.
+    pub fn ports(&self) -> &[AclPort] {
         &self.ports
     }
 
-    /// Replaces the port names and roles (ports added or removed at run time; an
-    /// empty name is a free slot, which no attachment can name).
-    pub fn set_ports(&mut self, ports: Vec<(String, PortRole)>) {
+    /// Replaces the ports (added or removed at run time; an empty name is a free slot)
+    /// and resolves the attachments again: one waiting for a port that now exists
+    /// takes effect, one whose port is gone waits. Returns the new ACL state to
+    /// publish when the attachments changed. An attachment that would give a port a
+    /// second table in one direction (a pod's and its port's) is left waiting, logged.
+    pub fn set_ports(&mut self, ports: Vec<AclPort>) -> Option<Arc<AclTables>> {
         self.ports = ports;
+        let names: Vec<&str> = self
+            .current
+            .tables
+            .iter()
+            .map(|t| t.name.as_str())
+            .collect();
+        let mut resolved: Vec<(u16, Direction, usize)> = Vec::new();
+        for (k, a) in self.requested.iter().enumerate() {
+            match resolve(std::slice::from_ref(a), &names, &self.ports) {
+                Ok(found) => {
+                    for f in found {
+                        if resolved.iter().any(|&(p, d, _)| p == f.0 && d == f.1) {
+                            tracing::warn!(attachment = k, target = %a.target, "the port has a table in this direction already; left waiting");
+                        } else {
+                            resolved.push(f);
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(attachment = k, error = %e.message, "attachment left waiting")
+                }
+            }
+        }
+        let mut ingress = [None; MAX_PORTS];
+        let mut egress = [None; MAX_PORTS];
+        for &(port, direction, table) in &resolved {
+            let at = match direction {
+                Direction::Ingress => &mut ingress,
+                Direction::Egress => &mut egress,
+            };
+            if let Some(slot) = at.get_mut(usize::from(port)) {
+                *slot = Some(table as u16);
+            }
+        }
+        if ingress == self.current.ingress && egress == self.current.egress {
+            return None;
+        }
+        let next = Arc::new(AclTables::new(
+            self.current.tables.clone(),
+            ingress,
+            egress,
+            self.current.global,
+            self.current.generation + 1,
+        ));
+        self.current = Arc::clone(&next);
+        Some(next)
+    }
+
+    /// The attachments of the state in force that wait for their port.
+    pub fn pending(&self) -> Vec<AclAttach> {
+        pending(&self.requested, &self.ports)
     }
 
     /// Returns slots of generations nobody holds any more to the free list, oldest
@@ -364,6 +489,10 @@ impl AclManager {
             added,
             changed,
             removed,
+            pending: pending(&desired.requested, &self.ports)
+                .iter()
+                .map(api::AclPending::from)
+                .collect(),
         };
         let nothing_changed = result.added.is_empty()
             && result.changed.is_empty()
@@ -375,6 +504,11 @@ impl AclManager {
                 .iter()
                 .zip(&self.current.tables)
                 .all(|(a, b)| Arc::ptr_eq(a, b));
+        if !desired.dry_run {
+            // Waiting attachments are part of the state even when nothing in force
+            // changes now.
+            self.requested = desired.requested.clone();
+        }
         if desired.dry_run || nothing_changed {
             return Ok(Applied {
                 result,
@@ -490,7 +624,7 @@ impl AclManager {
             Some(p) => Some(
                 self.ports
                     .iter()
-                    .position(|(n, _)| n == p)
+                    .position(|q| q.name == p)
                     .ok_or_else(|| invalid("port", None, None, format!("no port named {p:?}")))?,
             ),
         };
@@ -513,7 +647,7 @@ impl AclManager {
                 continue;
             }
             if let Some(port) = only_port {
-                let uplink = self.ports[port].1 == PortRole::Uplink;
+                let uplink = self.ports[port].role == PortRole::Uplink;
                 let applies = attached.iter().any(|&(p, _)| p == port) || (global && uplink);
                 if !applies {
                     continue;
@@ -543,7 +677,7 @@ impl AclManager {
                 attached: attached
                     .into_iter()
                     .map(|(p, d)| AclAttachment {
-                        port: self.ports[p].0.clone(),
+                        port: self.ports[p].name.clone(),
                         direction: d.name().to_string(),
                     })
                     .collect(),
@@ -551,7 +685,16 @@ impl AclManager {
                 memory_bytes: table.memory_bytes(),
             });
         }
-        Ok(api::AclDump { generation, tables })
+        let pending = if only_table.is_none() && only_port.is_none() {
+            self.pending().iter().map(api::AclPending::from).collect()
+        } else {
+            Vec::new()
+        };
+        Ok(api::AclDump {
+            generation,
+            tables,
+            pending,
+        })
     }
 
     /// `acl.clear-counters`: resets the counters of every rule, or of one table's.
@@ -597,11 +740,16 @@ mod tests {
     use ferrule_dataplane::acl::{Action, PortRange, Proto};
     use serde_json::json;
 
-    fn ports() -> Vec<(String, PortRole)> {
+    fn ports() -> Vec<AclPort> {
+        let port = |name: &str, role, pod: Option<&str>| AclPort {
+            name: name.into(),
+            role,
+            pod: pod.map(str::to_string),
+        };
         vec![
-            ("pod-a".into(), PortRole::Pod),
-            ("pod-b".into(), PortRole::Pod),
-            ("uplink0".into(), PortRole::Uplink),
+            port("pod-a", PortRole::Pod, Some("shop/a")),
+            port("pod-b", PortRole::Pod, None),
+            port("uplink0", PortRole::Uplink, None),
         ]
     }
 
@@ -732,10 +880,16 @@ mod tests {
                 "tables[0].rule",
                 "unknown field",
             ),
+            // A port that does not exist yet is not an error: the attachment waits.
             (
-                json!({"tables": [{"name": "t"}], "attach": [{"port": "pod-z", "direction": "egress", "table": "t"}]}),
+                json!({"tables": [{"name": "t"}], "attach": [{"pod": "Shop/x", "direction": "egress", "table": "t"}]}),
+                "attach[0].pod",
+                "is not NAMESPACE/NAME",
+            ),
+            (
+                json!({"tables": [{"name": "t"}], "attach": [{"port": "pod-a", "pod": "shop/a", "direction": "egress", "table": "t"}]}),
                 "attach[0].port",
-                "no port named \"pod-z\"",
+                "not both",
             ),
             (
                 json!({"tables": [{"name": "t"}], "attach": [{"port": "pod-a", "direction": "in", "table": "t"}]}),
@@ -1018,5 +1172,69 @@ mod tests {
         );
         // Exactly the capacity is accepted.
         apply(&mut m, &table_of("d", 15), &w).unwrap();
+    }
+
+    #[test]
+    fn attachments_wait_for_their_port_and_follow_pods() {
+        let w = workers();
+        let mut m = AclManager::new(ports());
+        let params = json!({
+            "tables": [{"name": "t", "rules": [{"action": "deny", "proto": "udp"}, {"action": "permit"}]}],
+            "attach": [
+                {"pod": "shop/new", "direction": "egress", "table": "t"},
+                {"pod": "shop/a", "direction": "ingress", "table": "t"},
+                {"port": "later", "direction": "ingress", "table": "t"},
+            ]
+        });
+        let applied = apply(&mut m, &params, &w).unwrap();
+        let state = applied.tables.unwrap();
+        assert_eq!(state.ingress[0], Some(0), "pod-a records shop/a");
+        assert_eq!(
+            applied.result.pending.len(),
+            2,
+            "{:?}",
+            applied.result.pending
+        );
+        assert_eq!(m.pending().len(), 2);
+        // A port recording shop/new arrives: its egress table is in force at once.
+        let mut now = ports();
+        now.push(AclPort {
+            name: "new-1".into(),
+            role: PortRole::Pod,
+            pod: Some("shop/new".into()),
+        });
+        let next = m
+            .set_ports(now.clone())
+            .expect("the attachment takes effect");
+        assert_eq!(next.egress[3], Some(0));
+        assert!(next.generation > state.generation);
+        assert_eq!(m.pending().len(), 1, "only `later` still waits");
+        assert!(m.set_ports(now.clone()).is_none(), "nothing changed");
+        // The pod's port goes: its attachment waits again, the tables stay.
+        now[3] = AclPort {
+            name: String::new(),
+            role: PortRole::Host,
+            pod: None,
+        };
+        let after = m.set_ports(now).expect("detached");
+        assert_eq!(after.egress[3], None);
+        assert_eq!(after.tables.len(), 1);
+        assert_eq!(m.pending().len(), 2);
+        // Shown in the dump.
+        let dump = m
+            .dump(&api::AclDumpParams::default(), 0, &[&w[0], &w[1]])
+            .unwrap();
+        assert_eq!(dump.pending.len(), 2);
+        // A port named and a pod it records, one direction: refused, naming the second.
+        let clash = json!({
+            "tables": [{"name": "t", "rules": [{"action": "permit"}]}],
+            "attach": [
+                {"port": "pod-a", "direction": "egress", "table": "t"},
+                {"pod": "shop/a", "direction": "egress", "table": "t"},
+            ]
+        });
+        let e = parse_apply(&clash, m.ports()).unwrap_err();
+        assert_eq!(e.data.as_ref().unwrap()["field"], "attach[1]", "{e:?}");
+        assert!(e.message.contains("attach[0]"), "{e:?}");
     }
 }

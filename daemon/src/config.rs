@@ -232,17 +232,7 @@ pub struct PortConfig {
 }
 
 /// Whether `text` names a pod as `namespace/name` (DNS-1123 labels).
-pub fn valid_pod_ref(text: &str) -> bool {
-    let label = |s: &str| {
-        !s.is_empty()
-            && s.len() <= 253
-            && s.chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
-            && !s.starts_with('-')
-            && !s.ends_with('-')
-    };
-    matches!(text.split_once('/'), Some((ns, name)) if label(ns) && label(name))
-}
+pub use ferrule_api::valid_pod_ref;
 
 /// An address with a prefix length, e.g. `192.0.2.10/24`: the wire's one prefix type.
 pub use ferrule_dataplane::wire::IpCidr;

@@ -123,6 +123,8 @@ pub struct NeighborRecord {
 #[derive(Debug, Clone)]
 pub struct Fib {
     ports: Vec<PortState>,
+    /// Per port, the Kubernetes pod (`namespace/name`) it records, if any.
+    pods: Vec<Option<String>>,
     nets: Vec<NetRoutes>,
     next_hops: NextHops,
     neighbors: BTreeMap<(u16, IpAddr), NeighborRecord>,
@@ -171,6 +173,7 @@ impl Fib {
             .collect();
         let mut fib = Fib {
             ports: Vec::with_capacity(cfg.ports.len()),
+            pods: cfg.ports.iter().map(|p| p.pod.clone()).collect(),
             nets,
             next_hops: NextHops::default(),
             neighbors: BTreeMap::new(),
@@ -318,8 +321,10 @@ impl Fib {
         let state = self.port_state(p, network, mac, dpdk_id, None);
         if i == self.ports.len() {
             self.ports.push(state);
+            self.pods.push(p.pod.clone());
         } else {
             self.ports[i] = state;
+            self.pods[i] = p.pod.clone();
         }
         if let Err(e) = self.add_port_routes(index, p) {
             *self = saved;
@@ -373,6 +378,9 @@ impl Fib {
             xconnect: None,
         };
         self.ports[usize::from(index)] = placeholder;
+        if let Some(pod) = self.pods.get_mut(usize::from(index)) {
+            *pod = None;
+        }
     }
 
     fn insert(&mut self, net: u16, prefix: IpCidr, route: Route) -> Result<(), FibError> {
@@ -553,6 +561,19 @@ impl Fib {
 
     pub fn ports(&self) -> &[PortState] {
         &self.ports
+    }
+
+    /// The ports as the ACL state names them: name, role and the pod each records.
+    pub fn acl_ports(&self) -> Vec<crate::acl::AclPort> {
+        self.ports
+            .iter()
+            .enumerate()
+            .map(|(i, p)| crate::acl::AclPort {
+                name: p.name.clone(),
+                role: p.role,
+                pod: self.pods.get(i).cloned().flatten(),
+            })
+            .collect()
     }
 
     /// Index of a network by name.

@@ -298,7 +298,7 @@ struct Scrape(NodeMetrics);
 impl Collector for Scrape {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         for f in self.0.families() {
-            let mut metric = encoder.encode_descriptor(f.name, f.help, None, f.kind.clone())?;
+            let mut metric = encoder.encode_descriptor(f.name, f.help, None, f.kind)?;
             for (labels, value) in &f.samples {
                 let sample = metric.encode_family(labels)?;
                 match f.kind {

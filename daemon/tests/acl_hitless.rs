@@ -221,11 +221,7 @@ fn a_thousand_applies_never_lose_or_misclassify_a_packet() {
         );
         lcore::launch(lcore, move || worker::run(&plan, &s, &c, &p)).expect("launch worker");
     }
-    let ports = fib
-        .ports()
-        .iter()
-        .map(|p| (p.name.clone(), p.role))
-        .collect();
+    let ports = fib.acl_ports();
     let mut rig = Rig {
         shared: Arc::clone(&shared),
         counters: Arc::clone(&counters),

@@ -9,6 +9,7 @@
 use super::selector::{Labels, Selector};
 use super::subnet;
 use super::PolicyError;
+use ferrule_api::acl::AttachTarget;
 use ferrule_dataplane::acl::{PortRange, Prefix};
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::networking::v1 as net;
@@ -126,9 +127,9 @@ pub struct Pod {
     pub terminated: bool,
     /// Container ports that have a name.
     pub named_ports: Vec<NamedPort>,
-    /// The Ferrule port the pod is attached to: the `ferrule.io/port` annotation,
-    /// else the pod's name.
-    pub port: String,
+    /// Where the pod's tables attach: the port its `ferrule.io/port` annotation
+    /// names, else the port that records the pod (`namespace/name`).
+    pub port: AttachTarget,
 }
 
 impl Pod {
@@ -551,9 +552,9 @@ fn pod_of(pod: core::Pod, namespace: &str, name: &str) -> Result<Pod, (String, S
                     format!("{p:?} is not a Ferrule port name (1-32 of A-Z a-z 0-9 - _ .)"),
                 ));
             }
-            p.clone()
+            AttachTarget::Port(p.clone())
         }
-        None => name.to_string(),
+        None => AttachTarget::Pod(format!("{namespace}/{name}")),
     };
     let phase = status.phase.as_deref().unwrap_or("");
     Ok(Pod {
@@ -825,7 +826,7 @@ spec:
         let Object::Pod(pod) = &objects[1] else {
             panic!()
         };
-        assert_eq!(pod.port, "x-a");
+        assert_eq!(pod.port, AttachTarget::Port("x-a".into()));
         assert_eq!(pod.ips.len(), 2);
         assert_eq!(pod.named_port("dns", L4::Udp), Some(53));
         assert_eq!(pod.named_port("dns", L4::Tcp), None);

@@ -22,6 +22,7 @@ pub mod verdict;
 use cache::{valid_port_name, Cache, Key, Kind, Object, PORT_ANNOTATION};
 use configs::Configs;
 use configurator::PodRules;
+use ferrule_api::acl::AttachTarget;
 use processor::{Affected, Processor};
 use renderer::{Diff, Rendered};
 use std::collections::BTreeMap;
@@ -181,24 +182,26 @@ impl Engine {
     }
 }
 
-/// Checks that every pod with tables maps to a valid port of its own.
+/// Checks that every pod with tables attaches to a port of its own: a port named by
+/// the `ferrule.io/port` annotation is valid and no other pod's (a pod without the
+/// annotation attaches to the port that records it, `namespace/name`, which is its own).
 fn check_ports(rendered: &Rendered) -> Result<(), PolicyError> {
     let mut ports: BTreeMap<&str, &Key> = BTreeMap::new();
     for (k, t) in &rendered.pods {
         if t.egress.is_none() && t.ingress.is_none() {
             continue;
         }
-        if !valid_port_name(&t.port) {
+        let AttachTarget::Port(port) = &t.port else {
+            continue;
+        };
+        if !valid_port_name(port) {
             return Err(PolicyError::Render(format!(
-                "Pod {k}: metadata.name: {:?} is not a Ferrule port name (1-32 of A-Z a-z 0-9 - _ .); \
-                 set the annotation {PORT_ANNOTATION} to the pod's port",
-                t.port
+                "Pod {k}: metadata.annotations[{PORT_ANNOTATION}]: {port:?} is not a Ferrule port name (1-32 of A-Z a-z 0-9 - _ .)"
             )));
         }
-        if let Some(other) = ports.insert(&t.port, k) {
+        if let Some(other) = ports.insert(port, k) {
             return Err(PolicyError::Render(format!(
-                "Pod {k} and Pod {other} both map to port {:?}; set the annotation {PORT_ANNOTATION} on one of them",
-                t.port
+                "Pod {k} and Pod {other} both name port {port:?} in the annotation {PORT_ANNOTATION}"
             )));
         }
     }

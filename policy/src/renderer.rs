@@ -21,6 +21,7 @@
 use super::cache::{Key, Pod, L4};
 use super::configurator::{same_family, PodRules};
 use super::subnet::host;
+use ferrule_api::acl::AttachTarget;
 use ferrule_api::acl::{AclApply, AclAttach, AclTable};
 use ferrule_dataplane::acl::table::Direction;
 use ferrule_dataplane::acl::{Action, PortRange, Prefix, Proto, Rule};
@@ -441,9 +442,10 @@ pub fn global_rest() -> Rule {
 }
 
 /// The tables of one pod.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodTables {
-    pub port: String,
+    /// Where the tables attach: a port, or the port that records the pod.
+    pub port: AttachTarget,
     pub ingress: Option<String>,
     pub egress: Option<String>,
 }
@@ -505,7 +507,8 @@ pub fn render(pods: &[LocalPod<'_>]) -> Rendered {
         let rules = combined(*p, pi, &senders);
         let mut t = PodTables {
             port: p.pod.port.clone(),
-            ..PodTables::default()
+            ingress: None,
+            egress: None,
         };
         if !rules.is_empty() {
             let name = table_name(&rules);
@@ -545,7 +548,7 @@ impl Rendered {
             ] {
                 if let Some(table) = table {
                     attach.push(AclAttach {
-                        port: t.port.clone(),
+                        target: t.port.clone(),
                         direction,
                         table: table.clone(),
                     });
@@ -658,7 +661,7 @@ mod tests {
             host_network: false,
             terminated: false,
             named_ports: Vec::new(),
-            port: name.to_string(),
+            port: AttachTarget::Port(name.to_string()),
         }
     }
 

@@ -15,6 +15,7 @@ use super::renderer::{
     Part, PodTables, Rendered, GLOBAL_TABLE, REFLECT_TABLE,
 };
 use super::PolicyError;
+use ferrule_api::acl::AttachTarget;
 use ferrule_dataplane::acl::Rule;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
@@ -24,7 +25,7 @@ use std::sync::Arc;
 #[derive(Debug, Clone)]
 pub struct PodInput {
     pub ips: Vec<IpAddr>,
-    pub port: String,
+    pub port: AttachTarget,
     pub config: Arc<Indexed>,
 }
 

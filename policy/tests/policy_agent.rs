@@ -3,7 +3,7 @@
 //! (and not when nothing changed), keeps the tables in force while the state is
 //! invalid, and exits 0 on SIGTERM.
 
-use ferrule_daemon::acl::parse_apply;
+use ferrule_daemon::acl::{parse_apply, AclPort};
 use ferrule_dataplane::snapshot::PortRole;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -108,10 +108,15 @@ fn the_agent_applies_on_start_and_on_change_and_stops_on_sigterm() {
     std::fs::write(state.join("policy.yaml"), POLICY).unwrap();
     let got = wait_for(&seen, 2);
     assert_eq!(got.len(), 2, "apply after the change");
+    let port = |name: &str, role, pod: Option<&str>| AclPort {
+        name: name.into(),
+        role,
+        pod: pod.map(str::to_string),
+    };
     let ports = vec![
-        ("web".to_string(), PortRole::Pod),
-        ("db".to_string(), PortRole::Pod),
-        ("uplink0".to_string(), PortRole::Uplink),
+        port("web", PortRole::Pod, Some("shop/web")),
+        port("db", PortRole::Pod, Some("shop/db")),
+        port("uplink0", PortRole::Uplink, None),
     ];
     let desired = parse_apply(&got[1], &ports).expect("a valid acl.apply");
     assert_eq!(desired.tables.len(), 2, "{:#}", got[1]);

@@ -284,13 +284,17 @@ fn scripted_changes_keep_the_caches_exact() {
             "pod deleted",
         );
 
-        // A rejected state (two pods on one port), then repaired.
+        // A rejected state (two pods naming one port in their annotation), then
+        // repaired.
+        let mut w = get_pod(&e, "a", "web0");
+        w.port = ferrule_api::acl::AttachTarget::Port("shared".into());
+        assert!(step(&mut e, upsert_pod(w), "an annotated port"));
         let mut o = get_pod(&e, "b", "other1");
-        o.port = "web0".into();
+        o.port = ferrule_api::acl::AttachTarget::Port("shared".into());
         assert!(!step(&mut e, upsert_pod(o.clone()), "port clash"));
         o.labels.insert("app".into(), "dns".into());
         assert!(!step(&mut e, upsert_pod(o.clone()), "still clashing"));
-        o.port = "other1".into();
+        o.port = ferrule_api::acl::AttachTarget::Port("other1".into());
         assert!(step(&mut e, upsert_pod(o), "repaired"));
     }
 }

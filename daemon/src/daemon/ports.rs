@@ -194,16 +194,12 @@ impl Daemon {
         ))
     }
 
-    /// Tells the ACL code which port names exist now (attachments name them).
+    /// Tells the ACL code which ports exist now and the pods they record: attachments
+    /// waiting for one of them take effect, attachments of a port gone wait again.
     fn sync_acl_ports(&mut self) {
-        let ports = self
-            .state
-            .fib
-            .ports()
-            .iter()
-            .map(|p| (p.name.clone(), p.role))
-            .collect();
-        self.state.acl.set_ports(ports);
+        if let Some(tables) = self.state.acl.set_ports(self.state.fib.acl_ports()) {
+            self.state.fib.set_acl(tables);
+        }
     }
 
     /// Gives each receive queue of port `index` to the worker with the fewest queues.
@@ -292,9 +288,11 @@ impl Daemon {
         } else {
             self.ports[index] = Some(runtime);
         }
+        // The port's ACL tables (attachments waiting for it) are in force before a
+        // worker polls it: its first packet is filtered.
         self.sync_acl_ports();
-        self.assign_queues(index, port_id, cfg.rx_queues);
         self.state.publish();
+        self.assign_queues(index, port_id, cfg.rx_queues);
         tracing::info!(port = %cfg.name, index, devargs = %cfg.devargs, pod = ?cfg.pod, "port added");
         let Some(p) = self.ports[index].as_ref() else {
             return Err(RpcError::internal("the port vanished"));
@@ -307,17 +305,6 @@ impl Daemon {
         let index = self
             .port_index(&p.name)
             .ok_or_else(|| bad("name", format!("no port named {:?}", p.name)))?;
-        if self.state.acl.current().ingress[index].is_some()
-            || self.state.acl.current().egress[index].is_some()
-        {
-            return Err(bad(
-                "name",
-                format!(
-                    "port {:?} has ACL tables attached: apply an ACL state without them first",
-                    p.name
-                ),
-            ));
-        }
         if self
             .state
             .fib
@@ -338,6 +325,8 @@ impl Daemon {
         self.state.shared.set_jobs(jobs);
         self.state.shared.set_link(index, false);
         self.state.fib.remove_port(index as u16);
+        // Its attachments wait for the port (or the pod) to come back.
+        self.sync_acl_ports();
         self.state.publish();
         // 2. Packets the control thread holds for it are dropped.
         let held = self.state.resolver.forget_port(index as u16);
@@ -357,7 +346,6 @@ impl Daemon {
         if let Some((path, VhostMode::Server)) = &runtime.vhost {
             let _ = std::fs::remove_file(path);
         }
-        self.sync_acl_ports();
         tracing::info!(port = %name, index, "port deleted");
         to_value(api::PortDeleted {
             name,

@@ -59,12 +59,7 @@ impl NodeState {
         plans: Vec<WorkerPlan>,
         neighbor_max_age: Duration,
     ) -> NodeState {
-        let acl = AclManager::new(
-            fib.ports()
-                .iter()
-                .map(|p| (p.name.clone(), p.role))
-                .collect(),
-        );
+        let acl = AclManager::new(fib.acl_ports());
         NodeState {
             shared,
             workers: plans

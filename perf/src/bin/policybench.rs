@@ -276,7 +276,7 @@ fn main() -> anyhow::Result<()> {
     for i in 0..a.rounds {
         let mut p = template.clone();
         p.key = Key::new(&template.key.namespace, &format!("new-{i}"));
-        p.port = format!("new-{i}");
+        p.port = ferrule_api::acl::AttachTarget::Pod(format!("{}/new-{i}", template.key.namespace));
         p.ips = vec![format!("10.250.{}.{}", i / 200, i % 200 + 1).parse()?];
         let key = p.key.clone();
         last_diff = added.apply(&mut engine, Change::Upsert(Object::Pod(p)))?;

@@ -32,9 +32,10 @@ the tables added, changed and removed and the pods re-attached; nothing is sent 
 the rendering did not change. An invalid manifest is logged (naming the object and \
 field) and the tables in force stay as they are until the state is valid again. When \
 ferruled cannot be reached the apply is retried on every check.\n\n\
-Pods are attached to the Ferrule port named by their annotation ferrule.io/port, or \
-else to the port named like the pod (`ferrulectl port add NAME --pod NS/NAME`). See \
-docs/policy.md. Logging goes to stderr; RUST_LOG sets the level (default info).\n\n\
+A pod's tables attach to the port that records the pod by namespace and name (the CNI \
+plugin's ADD, `ferrulectl port add NAME --pod NS/NAME`), or to the port named by its \
+annotation ferrule.io/port; tables of a pod whose port does not exist yet wait in \
+ferruled and take effect when it is added. See docs/policy.md. Logging goes to stderr; RUST_LOG sets the level (default info).\n\n\
 SIGINT or SIGTERM stops the agent (exit 0); the tables in force stay in ferruled.",
     after_help = "EXIT STATUS:\n  0  stopped by SIGINT/SIGTERM, or --once succeeded\n  \
 1  --once failed: invalid state or ferruled unreachable\n  2  bad command line\n\n\
