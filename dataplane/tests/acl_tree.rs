@@ -9,11 +9,12 @@
 #[path = "common/acl_gen.rs"]
 mod acl_gen;
 
-use acl_gen::{boundary_keys, random_keys, random_raw, rule, Families};
+use acl_gen::{boundary_keys, key4, random_keys, random_raw, rule, Families};
 use ferrule_dataplane::acl::{
     Action, Classifier, Compiled, DecisionTreeClassifier, FlowKey, LinearClassifier, PortRange,
     Prefix, Proto, Rule, NO_MATCH,
 };
+use ferrule_dataplane::wire::IpCidr;
 use proptest::prelude::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -200,20 +201,10 @@ fn host_prefixes_and_edges() {
         ),
     ];
     let tree = Compiled::new(&rules).unwrap();
-    let key = |src: [u8; 4], dst: [u8; 4], proto, dst_port| {
-        FlowKey::v4(
-            0,
-            proto,
-            Ipv4Addr::from(src),
-            Ipv4Addr::from(dst),
-            0,
-            dst_port,
-        )
-    };
-    assert_eq!(tree.classify(&key([255; 4], [1; 4], 6, 65535)), Some(0));
-    assert_eq!(tree.classify(&key([255; 4], [1; 4], 6, 65534)), Some(3));
-    assert_eq!(tree.classify(&key([1; 4], [0; 4], 0x81, 0)), Some(1));
-    assert_eq!(tree.classify(&key([1; 4], [0; 4], 0x7f, 0)), Some(3));
+    assert_eq!(tree.classify(&key4([255; 4], [1; 4], 6, 65535)), Some(0));
+    assert_eq!(tree.classify(&key4([255; 4], [1; 4], 6, 65534)), Some(3));
+    assert_eq!(tree.classify(&key4([1; 4], [0; 4], 0x81, 0)), Some(1));
+    assert_eq!(tree.classify(&key4([1; 4], [0; 4], 0x7f, 0)), Some(3));
     let v6 = |src: Ipv6Addr| FlowKey::v6(0, 6, src, Ipv6Addr::LOCALHOST, 0, 65535);
     assert_eq!(tree.classify(&v6(host6)), Some(2));
     let next = Ipv6Addr::from(u128::from(host6) + 1);
@@ -289,9 +280,10 @@ fn wildcard_heavy_set_builds_bounded_and_matches_oracle() {
         .map(|i| {
             let rule = &rules[rng.gen_range(0..rules.len())];
             let addr = |prefix: &Prefix, rng: &mut StdRng| match *prefix {
-                Prefix::V4 { addr, len } if i % 4 != 0 => {
-                    let host = rng.gen::<u32>().checked_shr(u32::from(len)).unwrap_or(0);
-                    Ipv4Addr::from(u32::from(addr) | host)
+                Prefix::Cidr(IpCidr::V4(net)) if i % 4 != 0 => {
+                    let len = u32::from(net.prefix_len());
+                    let host = rng.gen::<u32>().checked_shr(len).unwrap_or(0);
+                    Ipv4Addr::from(u32::from(net.address()) | host)
                 }
                 _ => Ipv4Addr::from(rng.gen::<u32>()),
             };

@@ -166,14 +166,10 @@ impl AddrField {
         prefixes: impl Iterator<Item = Prefix>,
     ) -> Result<Self, ClassifierError> {
         let ranges: Vec<(u64, u64)> = prefixes
-            .map(|prefix| match prefix {
-                Prefix::V4 { addr, len } => {
-                    let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
-                    let lo = u32::from(addr) & mask;
-                    (u64::from(lo), u64::from(lo | !mask))
-                }
+            .map(|prefix| {
                 // Only IPv4-capable rules are indexed: the rest is any.
-                Prefix::Any | Prefix::V6 { .. } => (0, u64::from(u32::MAX)),
+                let (lo, hi) = prefix.v4_range().unwrap_or((0, u32::MAX));
+                (u64::from(lo), u64::from(hi))
             })
             .collect();
         let mut interner = Interner::new(field, words);
@@ -291,7 +287,7 @@ impl BitVectorClassifier {
                 max,
             });
         }
-        let v4_capable = |prefix: &Prefix| matches!(prefix, Prefix::Any | Prefix::V4 { .. });
+        let v4_capable = |prefix: &Prefix| prefix.is_v4() != Some(false);
         let mut indexed: Vec<&Rule> = Vec::new();
         let mut rule_index = Vec::new();
         let mut fallback = Vec::new();
@@ -302,7 +298,7 @@ impl BitVectorClassifier {
                 indexed.push(rule);
                 rule_index.push(index);
             }
-            let both_v4 = matches!((rule.src, rule.dst), (Prefix::V4 { .. }, Prefix::V4 { .. }));
+            let both_v4 = (rule.src.is_v4(), rule.dst.is_v4()) == (Some(true), Some(true));
             if !both_v4 {
                 fallback.push((index, rule.clone()));
             }

@@ -271,8 +271,5 @@ fn side_rules(
 
 /// Whether `ip` belongs to the family of `p` (any matches both).
 pub fn same_family(p: Prefix, ip: IpAddr) -> bool {
-    matches!(
-        (p, ip),
-        (Prefix::Any, _) | (Prefix::V4 { .. }, IpAddr::V4(_)) | (Prefix::V6 { .. }, IpAddr::V6(_))
-    )
+    p.is_v4().is_none_or(|v4| v4 == ip.is_ipv4())
 }

@@ -277,11 +277,9 @@ impl AddrIndex {
 
 /// The address of a host prefix (/32, /128).
 pub fn host_of(p: Prefix) -> Option<IpAddr> {
-    match p {
-        Prefix::V4 { addr, len: 32 } => Some(IpAddr::V4(addr)),
-        Prefix::V6 { addr, len: 128 } => Some(IpAddr::V6(addr)),
-        _ => None,
-    }
+    p.cidr()
+        .filter(|cidr| cidr.prefix_len() == cidr.max_len())
+        .map(|cidr| cidr.address())
 }
 
 /// A pod's rules with the indexes the renderer combines them by: `to_pod` by source

@@ -3,61 +3,8 @@
 //! rest (the seed's `subtractSubnet`), so a block becomes permit-only rules.
 
 use ferrule_dataplane::acl::{Prefix, RuleField};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-
-/// A prefix as (network bits left-aligned in a u128, length, is IPv4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Net {
-    bits: u128,
-    len: u8,
-    v4: bool,
-}
-
-impl Net {
-    fn of(p: Prefix) -> Option<Net> {
-        match p {
-            Prefix::Any => None,
-            Prefix::V4 { addr, len } => Some(Net {
-                bits: u128::from(u32::from(addr)) << 96,
-                len,
-                v4: true,
-            }),
-            Prefix::V6 { addr, len } => Some(Net {
-                bits: u128::from(addr),
-                len,
-                v4: false,
-            }),
-        }
-    }
-
-    fn prefix(self) -> Prefix {
-        if self.v4 {
-            // The top 32 bits hold the address.
-            Prefix::v4(Ipv4Addr::from((self.bits >> 96) as u32), self.len)
-        } else {
-            Prefix::v6(Ipv6Addr::from(self.bits), self.len)
-        }
-    }
-
-    fn mask(len: u8) -> u128 {
-        u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0)
-    }
-
-    /// Whether `self` contains `other` (same family, shorter or equal length).
-    fn contains(self, other: Net) -> bool {
-        self.v4 == other.v4
-            && self.len <= other.len
-            && (self.bits ^ other.bits) & Net::mask(self.len) == 0
-    }
-
-    fn max_len(self) -> u8 {
-        if self.v4 {
-            32
-        } else {
-            128
-        }
-    }
-}
+use ferrule_dataplane::wire::IpCidr;
+use std::net::IpAddr;
 
 /// Parses an ipBlock CIDR (`10.0.0.0/8`, `fd00::/64`) or a bare address (a host
 /// prefix). Host bits are cleared.
@@ -70,62 +17,50 @@ pub fn parse_cidr(text: &str) -> Result<Prefix, String> {
 
 /// The host prefix of an address (`/32` or `/128`).
 pub fn host(ip: IpAddr) -> Prefix {
-    match ip {
-        IpAddr::V4(a) => Prefix::v4(a, 32),
-        IpAddr::V6(a) => Prefix::v6(a, 128),
-    }
+    Prefix::from(IpCidr::host(ip))
 }
 
 /// Whether `outer` contains `inner` (both concrete prefixes of one family).
 pub fn contains(outer: Prefix, inner: Prefix) -> bool {
-    match (Net::of(outer), Net::of(inner)) {
-        (Some(o), Some(i)) => o.contains(i),
-        (None, _) => true,
-        (Some(_), None) => false,
+    match (outer, inner) {
+        (Prefix::Any, _) => true,
+        (Prefix::Cidr(o), Prefix::Cidr(i)) => o.contains_cidr(&i),
+        (Prefix::Cidr(_), Prefix::Any) => false,
     }
 }
 
 /// `block` minus every prefix of `except`, as disjoint prefixes in address order.
 /// Excepted prefixes of the other family, or outside the block, change nothing.
 pub fn subtract(block: Prefix, except: &[Prefix]) -> Vec<Prefix> {
-    let Some(block) = Net::of(block) else {
+    let Prefix::Cidr(block) = block else {
         return vec![block];
     };
-    let holes: Vec<Net> = except.iter().filter_map(|p| Net::of(*p)).collect();
+    let holes: Vec<IpCidr> = except.iter().filter_map(Prefix::cidr).collect();
     let mut out = Vec::new();
     split(block, &holes, &mut out);
-    out.into_iter().map(Net::prefix).collect()
+    out.into_iter().map(Prefix::from).collect()
 }
 
-fn split(net: Net, holes: &[Net], out: &mut Vec<Net>) {
-    if holes.iter().any(|h| h.contains(net)) {
+fn split(net: IpCidr, holes: &[IpCidr], out: &mut Vec<IpCidr>) {
+    if holes.iter().any(|h| h.contains_cidr(&net)) {
         return;
     }
-    if !holes.iter().any(|h| net.contains(*h)) {
+    if !holes.iter().any(|h| net.contains_cidr(h)) {
         out.push(net);
         return;
     }
-    // A hole lies strictly inside: cover each half separately.
-    if net.len >= net.max_len() {
-        return;
+    // A hole lies strictly inside: cover each half separately (a host prefix has no
+    // halves, but a hole strictly inside it cannot be).
+    if let Some((low, high)) = net.halves() {
+        split(low, holes, out);
+        split(high, holes, out);
     }
-    let len = net.len + 1;
-    let bit = 1u128 << (128 - u32::from(len));
-    split(Net { len, ..net }, holes, out);
-    split(
-        Net {
-            bits: net.bits | bit,
-            len,
-            ..net
-        },
-        holes,
-        out,
-    );
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv4Addr;
 
     fn p(text: &str) -> Prefix {
         parse_cidr(text).unwrap()

@@ -116,10 +116,7 @@ fn parse_rule(content: &str) -> Result<Rule, String> {
     };
     let src = Prefix::parse(src, RuleField::Src).map_err(|e| e.to_string())?;
     let dst = Prefix::parse(dst, RuleField::Dst).map_err(|e| e.to_string())?;
-    if matches!(
-        (src, dst),
-        (Prefix::V4 { .. }, Prefix::V6 { .. }) | (Prefix::V6 { .. }, Prefix::V4 { .. })
-    ) {
+    if matches!((src.is_v4(), dst.is_v4()), (Some(a), Some(b)) if a != b) {
         return Err(format!("dst: family of {dst} differs from src {src}"));
     }
     let src_port = port_range(slo, sdelim, shi, RuleField::SrcPort)?;

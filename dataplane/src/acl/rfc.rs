@@ -499,14 +499,9 @@ impl Rfc {
 
 /// An IPv4 prefix (or any) as a range of host-order addresses; `None` for IPv6.
 fn v4_range(prefix: &Prefix) -> Option<(u32, u32)> {
-    match *prefix {
+    match prefix {
         Prefix::Any => Some((0, u32::MAX)),
-        Prefix::V4 { addr, len } => {
-            let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
-            let lo = u32::from(addr) & mask;
-            Some((lo, lo | !mask))
-        }
-        Prefix::V6 { .. } => None,
+        Prefix::Cidr(_) => prefix.v4_range(),
     }
 }
 

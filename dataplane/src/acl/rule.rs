@@ -3,7 +3,7 @@
 //! the [`FlowKey`] it matches.
 
 use crate::flow::FlowKey;
-use crate::wire::IpProtocol;
+use crate::wire::{IpCidr, IpProtocol, Ipv4Cidr, Ipv6Cidr};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -118,40 +118,16 @@ impl fmt::Display for Proto {
     }
 }
 
-/// A source or destination prefix. Host bits beyond the length are ignored when
-/// matching, and [`Prefix::parse`] clears them: `10.1.2.3/8` is `10.0.0.0/8`.
+/// A source or destination prefix: any address, or one prefix of one family (the
+/// wire's [`IpCidr`]) stored with its host bits cleared. Every constructor here clears
+/// them ([`Prefix::parse`] reads `10.1.2.3/8` as `10.0.0.0/8`), so equal prefixes
+/// compare equal; matching ignores host bits whatever the value holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Prefix {
     /// Any address of either family.
     Any,
-    /// An IPv4 prefix, `len` 0-32.
-    V4 {
-        /// The network address.
-        addr: Ipv4Addr,
-        /// The prefix length.
-        len: u8,
-    },
-    /// An IPv6 prefix, `len` 0-128.
-    V6 {
-        /// The network address.
-        addr: Ipv6Addr,
-        /// The prefix length.
-        len: u8,
-    },
-}
-
-/// The netmask of a /`len` IPv4 prefix.
-fn mask4(len: u8) -> u32 {
-    u32::MAX
-        .checked_shl(32 - u32::from(len.min(32)))
-        .unwrap_or(0)
-}
-
-/// The netmask of a /`len` IPv6 prefix.
-fn mask6(len: u8) -> u128 {
-    u128::MAX
-        .checked_shl(128 - u32::from(len.min(128)))
-        .unwrap_or(0)
+    /// An IPv4 (length 0-32) or IPv6 (length 0-128) prefix, host bits cleared.
+    Cidr(IpCidr),
 }
 
 impl Prefix {
@@ -166,74 +142,90 @@ impl Prefix {
             text: text.to_owned(),
             reason,
         };
-        let (addr, len) = match text.split_once('/') {
+        let cidr = match text.split_once('/') {
             Some((addr, len)) => {
                 let addr = addr.parse::<IpAddr>().map_err(|_| bad("bad address"))?;
                 let len = len.parse::<u8>().map_err(|_| bad("bad prefix length"))?;
-                (addr, Some(len))
+                IpCidr::new(addr, len).map_err(|_| {
+                    bad(match addr {
+                        IpAddr::V4(_) => "prefix length above 32",
+                        IpAddr::V6(_) => "prefix length above 128",
+                    })
+                })?
             }
-            None => (
-                text.parse::<IpAddr>().map_err(|_| bad("bad address"))?,
-                None,
-            ),
+            None => IpCidr::host(text.parse::<IpAddr>().map_err(|_| bad("bad address"))?),
         };
-        match addr {
-            IpAddr::V4(addr) => {
-                let len = len.unwrap_or(32);
-                if len > 32 {
-                    return Err(bad("prefix length above 32"));
-                }
-                Ok(Self::v4(addr, len))
-            }
-            IpAddr::V6(addr) => {
-                let len = len.unwrap_or(128);
-                if len > 128 {
-                    return Err(bad("prefix length above 128"));
-                }
-                Ok(Self::v6(addr, len))
-            }
-        }
+        Ok(Self::from(cidr))
     }
 
-    /// The IPv4 prefix `addr/len` with host bits cleared (`len` clamped to 32).
+    /// The IPv4 prefix `addr/len` with host bits cleared (`len` clamped to 32: a
+    /// longer one is the host prefix).
     pub fn v4(addr: Ipv4Addr, len: u8) -> Self {
-        let len = len.min(32);
-        Self::V4 {
-            addr: Ipv4Addr::from(u32::from(addr) & mask4(len)),
-            len,
-        }
+        Self::from(IpCidr::V4(
+            Ipv4Cidr::new(addr, len).unwrap_or(Ipv4Cidr::host(addr)),
+        ))
     }
 
-    /// The IPv6 prefix `addr/len` with host bits cleared (`len` clamped to 128).
+    /// The IPv6 prefix `addr/len` with host bits cleared (`len` clamped to 128: a
+    /// longer one is the host prefix).
     pub fn v6(addr: Ipv6Addr, len: u8) -> Self {
-        let len = len.min(128);
-        Self::V6 {
-            addr: Ipv6Addr::from(u128::from(addr) & mask6(len)),
-            len,
+        Self::from(IpCidr::V6(
+            Ipv6Cidr::new(addr, len).unwrap_or(Ipv6Cidr::host(addr)),
+        ))
+    }
+
+    /// The prefix, or `None` for any.
+    pub fn cidr(&self) -> Option<IpCidr> {
+        match *self {
+            Self::Any => None,
+            Self::Cidr(cidr) => Some(cidr),
         }
     }
 
     /// Whether `ip` is inside the prefix; never across families, except for `Any`.
     pub fn matches(&self, ip: IpAddr) -> bool {
-        match (*self, ip) {
-            (Self::Any, _) => true,
-            (Self::V4 { addr, len }, IpAddr::V4(ip)) => {
-                (u32::from(ip) ^ u32::from(addr)) & mask4(len) == 0
-            }
-            (Self::V6 { addr, len }, IpAddr::V6(ip)) => {
-                (u128::from(ip) ^ u128::from(addr)) & mask6(len) == 0
-            }
-            _ => false,
+        match self {
+            Self::Any => true,
+            Self::Cidr(cidr) => cidr.contains(ip),
         }
     }
 
     /// `Some(true)` for IPv4, `Some(false)` for IPv6, `None` for any.
-    pub(super) fn is_v4(&self) -> Option<bool> {
+    pub fn is_v4(&self) -> Option<bool> {
+        self.cidr().map(|cidr| matches!(cidr, IpCidr::V4(_)))
+    }
+
+    /// An IPv4 prefix as the inclusive range of its host-order addresses; `None` for
+    /// any and for IPv6.
+    pub fn v4_range(&self) -> Option<(u32, u32)> {
         match self {
-            Self::Any => None,
-            Self::V4 { .. } => Some(true),
-            Self::V6 { .. } => Some(false),
+            Self::Cidr(IpCidr::V4(c)) => {
+                let mask = Ipv4Cidr::mask_of(c.prefix_len());
+                let low = c.address().to_bits() & mask;
+                Some((low, low | !mask))
+            }
+            _ => None,
         }
+    }
+
+    /// An IPv6 prefix as the inclusive range of its addresses as integers; `None` for
+    /// any and for IPv4.
+    pub fn v6_range(&self) -> Option<(u128, u128)> {
+        match self {
+            Self::Cidr(IpCidr::V6(c)) => {
+                let mask = Ipv6Cidr::mask_of(c.prefix_len());
+                let low = c.address().to_bits() & mask;
+                Some((low, low | !mask))
+            }
+            _ => None,
+        }
+    }
+}
+
+impl From<IpCidr> for Prefix {
+    /// The prefix of `cidr` with its host bits cleared.
+    fn from(cidr: IpCidr) -> Self {
+        Self::Cidr(cidr.trunc())
     }
 }
 
@@ -241,8 +233,7 @@ impl fmt::Display for Prefix {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Any => f.write_str("any"),
-            Self::V4 { addr, len } => write!(f, "{addr}/{len}"),
-            Self::V6 { addr, len } => write!(f, "{addr}/{len}"),
+            Self::Cidr(cidr) => cidr.fmt(f),
         }
     }
 }
@@ -576,6 +567,71 @@ mod tests {
             prefix("10.0.0.1"),
             Prefix::v4(Ipv4Addr::new(10, 0, 0, 1), 32)
         );
+    }
+
+    #[test]
+    fn prefix_text_errors_and_ranges() {
+        for (text, shown) in [
+            ("any", "any"),
+            ("10.1.2.3/8", "10.0.0.0/8"),
+            ("10.0.0.1", "10.0.0.1/32"),
+            ("0.0.0.0/0", "0.0.0.0/0"),
+            ("2001:db8::1/32", "2001:db8::/32"),
+            ("2001:db8::1", "2001:db8::1/128"),
+            ("::/0", "::/0"),
+        ] {
+            assert_eq!(prefix(text).to_string(), shown, "{text}");
+        }
+        for (text, message) in [
+            (
+                "10.0.0.0/33",
+                "src: bad CIDR \"10.0.0.0/33\": prefix length above 32",
+            ),
+            (
+                "::/129",
+                "src: bad CIDR \"::/129\": prefix length above 128",
+            ),
+            (
+                "10.0.0.0/300",
+                "src: bad CIDR \"10.0.0.0/300\": bad prefix length",
+            ),
+            (
+                "10.0.0.0/",
+                "src: bad CIDR \"10.0.0.0/\": bad prefix length",
+            ),
+            ("10.0.0/8", "src: bad CIDR \"10.0.0/8\": bad address"),
+            ("", "src: bad CIDR \"\": bad address"),
+        ] {
+            let err = Prefix::parse(text, RuleField::Src).unwrap_err();
+            assert_eq!(err.to_string(), message);
+        }
+        // Lengths past the family's are the host prefix.
+        assert_eq!(
+            Prefix::v4(Ipv4Addr::new(10, 0, 0, 1), 40),
+            prefix("10.0.0.1")
+        );
+        assert_eq!(
+            Prefix::v6("2001:db8::1".parse().unwrap(), 200),
+            prefix("2001:db8::1")
+        );
+        let cidr = IpCidr::new(v4([10, 1, 2, 3]), 8).unwrap();
+        assert_eq!(Prefix::from(cidr), prefix("10.0.0.0/8"));
+        assert_eq!(Prefix::from(cidr).cidr(), Some(cidr.trunc()));
+        assert_eq!(Prefix::Any.cidr(), None);
+        assert_eq!(
+            prefix("10.1.0.0/16").v4_range(),
+            Some((0x0A01_0000, 0x0A01_FFFF))
+        );
+        assert_eq!(prefix("0.0.0.0/0").v4_range(), Some((0, u32::MAX)));
+        assert_eq!(prefix("::/0").v4_range(), None);
+        assert_eq!(Prefix::Any.v4_range(), None);
+        let (lo, hi) = prefix("2001:db8::/32").v6_range().unwrap();
+        assert_eq!(
+            (lo >> 96, hi >> 96, hi as u32),
+            (0x2001_0db8, 0x2001_0db8, u32::MAX)
+        );
+        assert_eq!(prefix("::1").v6_range(), Some((1, 1)));
+        assert_eq!(prefix("10.0.0.0/8").v6_range(), None);
     }
 
     #[test]

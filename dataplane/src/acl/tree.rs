@@ -68,6 +68,7 @@
 use super::rule::{Prefix, Proto, Rule};
 use super::{Classifier, ClassifierError, FlowKey, NO_MATCH};
 use crate::flow::Family;
+use crate::wire::IpCidr;
 use rustc_hash::FxHashMap;
 
 /// The most memory a built classifier may hold; a rule set needing more is refused.
@@ -837,26 +838,16 @@ fn too_large() -> ClassifierError {
 
 /// An IPv4 prefix (or any) as a range of host-order addresses.
 fn v4_range(prefix: &Prefix) -> (u32, u32) {
-    match *prefix {
-        Prefix::V4 { addr, len } => {
-            let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
-            let lo = u32::from(addr) & mask;
-            (lo, lo | !mask)
-        }
-        _ => (0, u32::MAX),
-    }
+    prefix.v4_range().unwrap_or((0, u32::MAX))
 }
 
 /// An IPv6 prefix (or any) as four ranges, one per 32-bit word, most significant first.
 fn v6_ranges(prefix: &Prefix) -> [(u32, u32); 4] {
     let mut ranges = [(0, u32::MAX); 4];
-    if let Prefix::V6 { addr, len } = *prefix {
-        let addr = u128::from(addr);
+    if let Some((lo, hi)) = prefix.v6_range() {
         for (word, range) in ranges.iter_mut().enumerate() {
-            let value = (addr >> (96 - 32 * word)) as u32;
-            let bits = u32::from(len).saturating_sub(32 * word as u32).min(32);
-            let mask = u32::MAX.checked_shl(32 - bits).unwrap_or(0);
-            *range = (value & mask, (value & mask) | !mask);
+            let shift = 96 - 32 * word;
+            *range = ((lo >> shift) as u32, (hi >> shift) as u32);
         }
     }
     ranges
@@ -873,10 +864,7 @@ fn proto_value_mask(proto: Proto) -> (u32, u32) {
 
 /// The prefix length of `prefix` (`None` for any).
 fn prefix_len(prefix: &Prefix) -> Option<u8> {
-    match *prefix {
-        Prefix::Any => None,
-        Prefix::V4 { len, .. } | Prefix::V6 { len, .. } => Some(len),
-    }
+    prefix.cidr().map(|cidr| cidr.prefix_len())
 }
 
 /// Whether `prefix` is small: at most 16 bits shorter than the longest prefix of its
@@ -946,8 +934,8 @@ impl DecisionTreeClassifier {
             let index = index as u32;
             let (proto, mask) = proto_value_mask(rule.proto);
             let ports = [rule.src_port, rule.dst_port];
-            let v4_capable = |p: &Prefix| matches!(p, Prefix::Any | Prefix::V4 { .. });
-            let v6_capable = |p: &Prefix| matches!(p, Prefix::Any | Prefix::V6 { .. });
+            let v4_capable = |p: &Prefix| matches!(p, Prefix::Any | Prefix::Cidr(IpCidr::V4(_)));
+            let v6_capable = |p: &Prefix| matches!(p, Prefix::Any | Prefix::Cidr(IpCidr::V6(_)));
             if ipv4 && v4_capable(&rule.src) && v4_capable(&rule.dst) {
                 let (src, dst) = (v4_range(&rule.src), v4_range(&rule.dst));
                 v4_boxes.push(RuleBox {

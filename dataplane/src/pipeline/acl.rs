@@ -301,11 +301,7 @@ mod tests {
         let snap = with_table(true);
         let mut frames = frames();
         let ((ok, hits), actions) = testing::with_burst(&snap, &mut frames, |b| {
-            for i in 0..b.n {
-                b.s.parsed[i] = super::super::parse(b.frames.frame(i), 0).expect("parses");
-                b.s.ok[i] = i as u16;
-            }
-            b.n_ok = b.n;
+            testing::parse_all(b);
             ingress(b);
             (b.s.ok[..b.n_ok].to_vec(), b.s.acl_hits().to_vec())
         });
@@ -320,12 +316,7 @@ mod tests {
         let snap = with_table(false);
         let mut frames = frames();
         let (routed, actions) = testing::with_burst(&snap, &mut frames, |b| {
-            for i in 0..b.n {
-                b.s.parsed[i] = super::super::parse(b.frames.frame(i), 0).expect("parses");
-                b.s.routed[i] = i as u16;
-                b.s.hop[i] = (UPLINK, None);
-            }
-            b.n_routed = b.n;
+            testing::route_all_to(b, UPLINK);
             egress(b);
             b.s.routed[..b.n_routed].to_vec()
         });

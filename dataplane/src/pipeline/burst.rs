@@ -246,11 +246,35 @@ pub(crate) mod testing {
         f
     }
 
+    /// The burst the stages' tests run on: frames in vectors, no tracing.
+    pub type TestBurst<'a> = Burst<'a, [Vec<u8>], super::super::NoTrace>;
+
+    /// Parses every frame of `b` and passes them all on (`ok`), as the stages between
+    /// parsing and routing see them.
+    pub fn parse_all(b: &mut TestBurst<'_>) {
+        for i in 0..b.n {
+            b.s.parsed[i] = super::super::parse(b.frames.frame(i), 0).expect("parses");
+            b.s.ok[i] = i as u16;
+        }
+        b.n_ok = b.n;
+    }
+
+    /// Parses every frame of `b` and routes them all out of `port` without a gateway,
+    /// as the stages after routing see them.
+    pub fn route_all_to(b: &mut TestBurst<'_>, port: u16) {
+        for i in 0..b.n {
+            b.s.parsed[i] = super::super::parse(b.frames.frame(i), 0).expect("parses");
+            b.s.routed[i] = i as u16;
+            b.s.hop[i] = (port, None);
+        }
+        b.n_routed = b.n;
+    }
+
     /// Runs `f` on the context of a burst of `frames` received on the pod port.
     pub fn with_burst<R>(
         snap: &Snapshot,
         frames: &mut [Vec<u8>],
-        f: impl FnOnce(&mut Burst<'_, [Vec<u8>], super::super::NoTrace>) -> R,
+        f: impl FnOnce(&mut TestBurst<'_>) -> R,
     ) -> (R, Vec<Action>) {
         let mut actions = vec![Action::Drop(DropReason::Malformed); frames.len()];
         let mut s = Box::<Scratch>::default();

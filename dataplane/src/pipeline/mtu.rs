@@ -96,12 +96,7 @@ mod tests {
             testing::udp4(GW_MAC, [8, 8, 8, 8], 64, 1401 - 28),
         ];
         let (routed, actions) = testing::with_burst(&snap, &mut frames, |b| {
-            for i in 0..b.n {
-                b.s.parsed[i] = super::super::parse(b.frames.frame(i), 0).expect("parses");
-                b.s.routed[i] = i as u16;
-                b.s.hop[i] = (UPLINK, None);
-            }
-            b.n_routed = b.n;
+            testing::route_all_to(b, UPLINK);
             stage(b);
             b.s.routed[..b.n_routed].to_vec()
         });

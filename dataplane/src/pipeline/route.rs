@@ -141,11 +141,7 @@ mod tests {
         ];
         let run = |snap: &Snapshot, frames: &mut [Vec<u8>]| {
             testing::with_burst(snap, frames, |b| {
-                for i in 0..b.n {
-                    b.s.parsed[i] = super::super::parse(b.frames.frame(i), 0).expect("parses");
-                    b.s.ok[i] = i as u16;
-                }
-                b.n_ok = b.n;
+                testing::parse_all(b);
                 stage(b);
                 let routed = b.s.routed[..b.n_routed].to_vec();
                 let hops: Vec<_> = routed.iter().map(|&i| b.s.hop[usize::from(i)]).collect();

@@ -81,11 +81,7 @@ mod tests {
             testing::udp4(GW_MAC, [169, 254, 1, 1], 64, 10),
         ];
         let (ok, actions) = testing::with_burst(&snap, &mut frames, |b| {
-            for i in 0..b.n {
-                b.s.parsed[i] = super::super::parse(b.frames.frame(i), 0).expect("parses");
-                b.s.ok[i] = i as u16;
-            }
-            b.n_ok = b.n;
+            testing::parse_all(b);
             stage(b);
             b.s.ok[..b.n_ok].to_vec()
         });

@@ -180,6 +180,35 @@ impl IpCidr {
             _ => false,
         }
     }
+
+    /// Whether `other` is entirely inside this prefix: of the same family, no shorter,
+    /// and within it (a prefix contains itself; the other family never is inside).
+    pub fn contains_cidr(&self, other: &IpCidr) -> bool {
+        match (self, other) {
+            (IpCidr::V4(c), IpCidr::V4(o)) => c.contains_subnet(o),
+            (IpCidr::V6(c), IpCidr::V6(o)) => c.contains_subnet(o),
+            _ => false,
+        }
+    }
+
+    /// The two prefixes one bit longer that make up this one, host bits cleared, the
+    /// lower first (10.0.0.0/8 → 10.0.0.0/9 and 10.128.0.0/9); `None` for a host prefix.
+    pub fn halves(&self) -> Option<(IpCidr, IpCidr)> {
+        let net = self.trunc();
+        let len = net.prefix_len() + 1;
+        let low = IpCidr::new(net.address(), len).ok()?;
+        // The bit the halves differ in: the last one of the longer prefix.
+        let bit = u32::from(net.max_len() - len);
+        let high = match net.address() {
+            core::net::IpAddr::V4(a) => {
+                core::net::Ipv4Addr::from_bits(a.to_bits() | (1 << bit)).into()
+            }
+            core::net::IpAddr::V6(a) => {
+                core::net::Ipv6Addr::from_bits(a.to_bits() | (1 << bit)).into()
+            }
+        };
+        IpCidr::new(high, len).ok().map(|high| (low, high))
+    }
 }
 
 impl fmt::Display for IpCidr {
@@ -366,6 +395,54 @@ mod tests {
             IpCidr::new("::".parse().unwrap(), 0).unwrap().to_string(),
             "::/0"
         );
+    }
+
+    /// `ADDR/LEN` as an [`IpCidr`], host bits kept.
+    fn c(text: &str) -> IpCidr {
+        let (addr, len) = text.split_once('/').unwrap();
+        IpCidr::new(addr.parse().unwrap(), len.parse().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn ip_cidr_containment_of_prefixes() {
+        assert!(c("10.0.0.0/8").contains_cidr(&c("10.1.2.3/32")));
+        assert!(c("10.0.0.0/8").contains_cidr(&c("10.0.0.0/8")), "itself");
+        assert!(
+            c("10.9.9.9/8").contains_cidr(&c("10.0.0.0/9")),
+            "host bits ignored"
+        );
+        assert!(
+            !c("10.0.0.0/9").contains_cidr(&c("10.0.0.0/8")),
+            "not a shorter one"
+        );
+        assert!(!c("10.0.0.0/8").contains_cidr(&c("11.0.0.0/16")));
+        assert!(c("0.0.0.0/0").contains_cidr(&c("255.255.255.255/32")));
+        assert!(
+            !c("0.0.0.0/0").contains_cidr(&c("::/128")),
+            "never the other family"
+        );
+        assert!(!c("::/0").contains_cidr(&c("10.0.0.0/8")));
+        assert!(c("fd00::/8").contains_cidr(&c("fdff::1/128")));
+        assert!(!c("fd00::/8").contains_cidr(&c("fe00::/16")));
+    }
+
+    #[test]
+    fn ip_cidr_halves() {
+        let texts = |cidr: IpCidr| cidr.halves().map(|(a, b)| (a.to_string(), b.to_string()));
+        let pair = |a: &str, b: &str| Some((a.to_string(), b.to_string()));
+        assert_eq!(texts(c("10.0.0.0/8")), pair("10.0.0.0/9", "10.128.0.0/9"));
+        assert_eq!(texts(c("10.1.2.3/8")), pair("10.0.0.0/9", "10.128.0.0/9"));
+        assert_eq!(texts(c("0.0.0.0/0")), pair("0.0.0.0/1", "128.0.0.0/1"));
+        assert_eq!(texts(c("10.0.0.2/31")), pair("10.0.0.2/32", "10.0.0.3/32"));
+        assert_eq!(texts(c("10.0.0.1/32")), None);
+        assert_eq!(texts(c("::/0")), pair("::/1", "8000::/1"));
+        assert_eq!(texts(c("fd00::/126")), pair("fd00::/127", "fd00::2/127"));
+        assert_eq!(texts(c("fd00::1/128")), None);
+        let (low, high) = c("192.168.0.0/16").halves().unwrap();
+        assert!(
+            c("192.168.0.0/16").contains_cidr(&low) && c("192.168.0.0/16").contains_cidr(&high)
+        );
+        assert!(!low.contains_cidr(&high) && !high.contains_cidr(&low));
     }
 
     #[test]

@@ -130,19 +130,11 @@ pub fn around(lo: u128, hi: u128, max: u128) -> Vec<u128> {
 /// Boundary values of a prefix in the given family's address space (`v6`), or the
 /// ends of the space when the prefix is of the other family or any.
 pub fn address_bounds(prefix: &Prefix, v6: bool) -> Vec<u128> {
-    match (*prefix, v6) {
-        (Prefix::V4 { addr, len }, false) => {
-            let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
-            let lo = u32::from(addr) & mask;
-            around(lo.into(), (lo | !mask).into(), u32::MAX.into())
-        }
-        (Prefix::V6 { addr, len }, true) => {
-            let mask = u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0);
-            let lo = u128::from(addr) & mask;
-            around(lo, lo | !mask, u128::MAX)
-        }
-        (_, false) => vec![0, u32::MAX.into(), 0x0A00_0001],
-        (_, true) => vec![0, u128::MAX, BASES_V6[0] | 1],
+    match (prefix.v4_range(), prefix.v6_range(), v6) {
+        (Some((lo, hi)), _, false) => around(lo.into(), hi.into(), u32::MAX.into()),
+        (_, Some((lo, hi)), true) => around(lo, hi, u128::MAX),
+        (_, _, false) => vec![0, u32::MAX.into(), 0x0A00_0001],
+        (_, _, true) => vec![0, u128::MAX, BASES_V6[0] | 1],
     }
 }
 
@@ -232,6 +224,18 @@ pub fn random_raw() -> impl Strategy<Value = Vec<(u128, u128, u8, u16, u16, bool
     )
 }
 
+/// An IPv4 key from `src` port 0 to `dst` port `dst_port`.
+pub fn key4(src: [u8; 4], dst: [u8; 4], proto: u8, dst_port: u16) -> FlowKey {
+    FlowKey::v4(
+        0,
+        proto,
+        Ipv4Addr::from(src),
+        Ipv4Addr::from(dst),
+        0,
+        dst_port,
+    )
+}
+
 /// Rules at the edges of the value spaces (a host prefix at the top of IPv4 with port
 /// 65535, the zero address with a masked protocol, then permit all) and keys with the
 /// rule each must match.
@@ -246,21 +250,11 @@ pub fn edge_rules() -> (Vec<Rule>, Vec<(FlowKey, Option<usize>)>) {
         mask: 0x80,
     };
     let rules = vec![host, zero, Rule::any(Action::Permit)];
-    let key = |src: [u8; 4], dst: [u8; 4], proto, dst_port| {
-        FlowKey::v4(
-            0,
-            proto,
-            Ipv4Addr::from(src),
-            Ipv4Addr::from(dst),
-            0,
-            dst_port,
-        )
-    };
     let cases = [
-        (key([255; 4], [1; 4], 6, 65535), Some(0)),
-        (key([255; 4], [1; 4], 6, 65534), Some(2)),
-        (key([1; 4], [0; 4], 0x81, 0), Some(1)),
-        (key([1; 4], [0; 4], 0x7f, 0), Some(2)),
+        (key4([255; 4], [1; 4], 6, 65535), Some(0)),
+        (key4([255; 4], [1; 4], 6, 65534), Some(2)),
+        (key4([1; 4], [0; 4], 0x81, 0), Some(1)),
+        (key4([1; 4], [0; 4], 0x7f, 0), Some(2)),
         (
             FlowKey::v6(0, 6, Ipv6Addr::LOCALHOST, Ipv6Addr::LOCALHOST, 0, 65535),
             Some(2),
