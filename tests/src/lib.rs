@@ -256,6 +256,7 @@ impl Ferruled {
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()?;
+        self.child_pid = child.id();
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
