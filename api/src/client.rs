@@ -1,5 +1,6 @@
-//! A blocking control-socket client: connects to `ferruled`, sends one JSON-RPC 2.0
-//! request per line and reads the matching reply. Used by `ferrulectl` and the tests.
+//! A blocking control-socket client: connects to `ferruled`, checks who runs the server
+//! it reached (SO_PEERCRED), sends one JSON-RPC 2.0 request per line and reads the
+//! matching reply. Used by `ferrulectl`, `ferrule-agent` and the tests.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
@@ -13,6 +14,26 @@ use crate::rpc::RpcError;
 
 /// Largest reply line the client accepts.
 const MAX_REPLY_BYTES: u64 = 256 << 20;
+
+/// Environment variable naming a further uid the server may run as (besides root and
+/// the client's own uid); `ferrulectl --server-uid` sets the same.
+pub const SERVER_UID_ENV: &str = "FERRULE_SERVER_UID";
+
+/// The uid named by [`SERVER_UID_ENV`], if it is set.
+pub fn server_uid_from_env() -> Result<Option<u32>, ClientError> {
+    match std::env::var(SERVER_UID_ENV) {
+        Ok(text) if text.trim().is_empty() => Ok(None),
+        Ok(text) => text
+            .trim()
+            .parse::<u32>()
+            .map(Some)
+            .map_err(|_| ClientError::Config(format!("{SERVER_UID_ENV}={text:?} is not a uid"))),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => Err(ClientError::Config(format!(
+            "{SERVER_UID_ENV} is not a uid"
+        ))),
+    }
+}
 
 /// Why a control request did not produce a result.
 #[derive(Debug, thiserror::Error)]
@@ -28,6 +49,18 @@ pub enum ClientError {
         #[source]
         source: io::Error,
     },
+    /// The process listening on the socket runs as a uid the client does not trust: not
+    /// root, not the client's own, not the expected server uid.
+    #[error(
+        "refusing the server at {}: it runs as uid {uid} (pid {pid}), not as root, this \
+         user or the expected server uid; a socket anyone could have created? If ferruled \
+         really runs as uid {uid}, pass --server-uid {uid} or set FERRULE_SERVER_UID={uid}",
+        path.display()
+    )]
+    UntrustedServer { path: PathBuf, uid: u32, pid: i32 },
+    /// The client's own settings are unusable.
+    #[error("{0}")]
+    Config(String),
     /// Sending or receiving failed, or timed out.
     #[error("control socket: {0}")]
     Io(#[from] io::Error),
@@ -48,12 +81,32 @@ pub struct Client {
 }
 
 impl Client {
-    /// Connects to the control socket at `path`.
+    /// Connects to the control socket at `path` and checks the server's credentials
+    /// (see [`Client::connect_trusting`]), trusting the uid of [`SERVER_UID_ENV`] when
+    /// that is set.
     pub fn connect(path: &Path) -> Result<Client, ClientError> {
+        Client::connect_trusting(path, server_uid_from_env()?)
+    }
+
+    /// Connects to the control socket at `path`. The process that listens there must
+    /// run as root, as this process's effective uid, or as `server_uid`: its
+    /// credentials (SO_PEERCRED) are checked before anything is sent, so a socket
+    /// planted at the path by another user cannot take the requests or forge answers.
+    pub fn connect_trusting(path: &Path, server_uid: Option<u32>) -> Result<Client, ClientError> {
         let stream = UnixStream::connect(path).map_err(|source| ClientError::Connect {
             path: path.to_path_buf(),
             source,
         })?;
+        let cred = rustix::net::sockopt::socket_peercred(&stream).map_err(io::Error::from)?;
+        let uid = cred.uid.as_raw();
+        let own = rustix::process::geteuid().as_raw();
+        if uid != 0 && uid != own && Some(uid) != server_uid {
+            return Err(ClientError::UntrustedServer {
+                path: path.to_path_buf(),
+                uid,
+                pid: cred.pid.as_raw_pid(),
+            });
+        }
         Ok(Client {
             stream: BufReader::new(stream),
             path: path.to_path_buf(),
@@ -88,7 +141,16 @@ impl Client {
         let mut line = serde_json::to_vec(&request)
             .map_err(|e| ClientError::Protocol(format!("cannot encode request: {e}")))?;
         line.push(b'\n');
-        self.stream.get_mut().write_all(&line)?;
+        if let Err(e) = self.stream.get_mut().write_all(&line) {
+            // The daemon may have refused the connection (a limit, the credentials)
+            // with an error line before closing it: that says more than EPIPE.
+            if let Ok(reply) = self.read_reply() {
+                if reply.get("id").is_some_and(Value::is_null) && reply.contains_key("error") {
+                    return into_result(reply);
+                }
+            }
+            return Err(e.into());
+        }
 
         loop {
             let reply = self.read_reply()?;

@@ -28,6 +28,64 @@ pub mod method {
     pub const VERSION: &str = "version";
     pub const PORTS_LIST: &str = "ports.list";
     pub const STATS_GET: &str = "stats.get";
+
+    use super::{
+        acl_method, ct_method, nat_method, neigh_method, port_method, route_method, trace_method,
+        vpc_method,
+    };
+
+    /// Methods that change the daemon's state. The daemon logs each of these requests
+    /// (who sent it, its outcome); every other method only reads.
+    pub const CHANGES: &[&str] = &[
+        port_method::ADD,
+        port_method::DEL,
+        route_method::ADD,
+        route_method::DEL,
+        neigh_method::ADD,
+        neigh_method::DEL,
+        trace_method::START,
+        acl_method::APPLY,
+        acl_method::CLEAR_COUNTERS,
+        vpc_method::SYNC,
+        ct_method::FLUSH,
+    ];
+
+    /// Methods that only read.
+    pub const READ_ONLY: &[&str] = &[
+        VERSION,
+        PORTS_LIST,
+        STATS_GET,
+        route_method::DUMP,
+        neigh_method::DUMP,
+        trace_method::RUN,
+        trace_method::DUMP,
+        acl_method::DUMP,
+        vpc_method::SHOW,
+        ct_method::DUMP,
+        ct_method::STATS,
+        nat_method::DUMP,
+    ];
+
+    /// Whether `method` is one that changes the daemon's state ([`CHANGES`]).
+    pub fn is_change(method: &str) -> bool {
+        CHANGES.contains(&method)
+    }
+
+    #[cfg(test)]
+    mod tests {
+        #[test]
+        fn every_method_is_classified_once() {
+            let all: std::collections::BTreeSet<&str> = super::CHANGES
+                .iter()
+                .chain(super::READ_ONLY)
+                .copied()
+                .collect();
+            assert_eq!(all.len(), super::CHANGES.len() + super::READ_ONLY.len());
+            assert_eq!(all.len(), 23);
+            assert!(super::is_change("acl.apply") && !super::is_change("acl.dump"));
+            assert!(!super::is_change("no.such.method"));
+        }
+    }
 }
 
 /// Result of `version`.

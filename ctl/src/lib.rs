@@ -54,7 +54,12 @@ Query and control a running ferruled, Ferrule's DPDK userspace vswitch.
 ferrulectl talks to ferruled over its control socket (a Unix socket, mode 0600, so run
 it as the daemon's user, usually root) using newline-delimited JSON-RPC 2.0; see
 docs/control-protocol.md. Counters are printed as exact numbers. With --json the
-daemon's reply is printed as pretty JSON instead of tables, for scripts and jq.";
+daemon's reply is printed as pretty JSON instead of tables, for scripts and jq.
+
+Before sending anything ferrulectl checks who listens on the socket (SO_PEERCRED): the
+server must run as root, as the user running ferrulectl, or as the uid given with
+--server-uid (FERRULE_SERVER_UID). Any other server is refused (exit 1), so a socket
+someone else planted at the path cannot take your requests or fake their success.";
 
 const AFTER_HELP: &str = "\
 Examples:
@@ -83,11 +88,13 @@ Examples:
   ferrulectl --json stats | jq .totals      Raw reply, for scripts
   ferrulectl --socket /tmp/f.sock version   Talk to a daemon on another socket
   FERRULE_SOCKET=/tmp/f.sock ferrulectl ports
+  ferrulectl --server-uid 990 stats         Trust a ferruled that runs as uid 990
 
 Exit status:
   0  success
   1  ferruled could not be reached, answered with an error, or sent a reply that
-     could not be understood; an output file could not be written
+     could not be understood; the server at the socket runs as an untrusted uid; an
+     output file could not be written
   2  invalid command line";
 
 /// Command line of `ferrulectl`.
@@ -113,6 +120,11 @@ pub struct Cli {
     /// Print the daemon's reply as pretty JSON instead of tables.
     #[arg(long, global = true)]
     pub json: bool,
+
+    /// Uid the server may run as besides root and you; a server running as any other
+    /// uid is refused before anything is sent.
+    #[arg(long, global = true, value_name = "UID", env = "FERRULE_SERVER_UID")]
+    pub server_uid: Option<u32>,
 
     /// Seconds to wait for ferruled to answer; 0 waits forever.
     #[arg(long, global = true, value_name = "SECONDS", default_value_t = 10)]
@@ -278,6 +290,7 @@ pub fn run(cli: &Cli, out: &mut dyn Write) -> Result<(), CtlError> {
 /// What a command needs: the connection (made on first use), the output, the options.
 pub struct Ctx<'a> {
     socket: PathBuf,
+    server_uid: Option<u32>,
     timeout: Option<Duration>,
     json: bool,
     client: Option<Client>,
@@ -288,6 +301,7 @@ impl<'a> Ctx<'a> {
     fn new(cli: &Cli, out: &'a mut dyn Write) -> Self {
         Ctx {
             socket: cli.socket.clone(),
+            server_uid: cli.server_uid,
             timeout: (cli.timeout > 0).then(|| Duration::from_secs(cli.timeout)),
             json: cli.json,
             client: None,
@@ -298,7 +312,7 @@ impl<'a> Ctx<'a> {
     /// The connection to ferruled, connecting on first use.
     pub fn client(&mut self) -> Result<&mut Client, CtlError> {
         if self.client.is_none() {
-            let mut client = Client::connect(&self.socket)?;
+            let mut client = Client::connect_trusting(&self.socket, self.server_uid)?;
             client.set_read_timeout(self.timeout)?;
             self.client = Some(client);
         }

@@ -436,7 +436,11 @@ fn oversized_request_is_rejected_and_the_connection_survives() {
     let reply = c.recv();
     assert_eq!(error_code(&reply), rpc::INVALID_REQUEST);
     assert_eq!(reply["id"], Value::Null);
-    assert_eq!(reply["error"]["message"], "request exceeds 1024 bytes");
+    assert_eq!(
+        reply["error"]["message"],
+        "request exceeds 1024 bytes; raise [control] max_request_bytes to send larger \
+         requests (an acl.apply of many rules, for example)"
+    );
     c.assert_alive(3);
 
     // Over the limit in one write together with the next request.
@@ -578,28 +582,67 @@ fn tick_is_called_at_the_interval() {
     assert!(server.counters.ticks.load(Ordering::SeqCst) > ticks);
 }
 
+/// Whether this test runs as root (the owner of `/proc/self` is the effective uid).
+fn running_as_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    fs::metadata("/proc/self")
+        .map(|m| m.uid() == 0)
+        .unwrap_or(false)
+}
+
 #[test]
-fn clients_over_the_limit_are_closed() {
-    let server = start_with(|cfg| cfg.max_clients = 2);
+fn clients_over_the_limit_are_told_why_and_root_is_never_locked_out() {
+    // One slot for anyone, one kept for root.
+    let server = start_with(|cfg| {
+        cfg.max_clients = 2;
+        cfg.root_reserved_clients = 1;
+    });
     let mut a = server.connect();
-    let mut b = server.connect();
     a.assert_alive(1);
+    if !running_as_root() {
+        let mut b = server.connect();
+        let reply = b.recv();
+        assert_eq!(reply["error"]["code"], -32000, "{reply}");
+        assert!(
+            reply["error"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("[control] root_reserved_clients"),
+            "{reply}"
+        );
+        assert!(b.closed_by_server());
+        a.assert_alive(2);
+        return;
+    }
+    let mut b = server.connect();
     b.assert_alive(2);
-    let mut extra = server.connect();
-    assert!(extra.closed_by_server(), "third client should be closed");
-    a.assert_alive(3);
-    drop(b);
-    // Once the server has seen b leave, a new client gets in.
+    thread::sleep(Duration::from_millis(20));
+    b.assert_alive(3);
+    // The table is full: root takes the slot of `a`, idle the longest, which is told.
+    let mut c = server.connect();
+    c.assert_alive(4);
+    let reply = a.recv();
+    assert_eq!(reply["error"]["code"], -32000, "{reply}");
+    assert!(
+        reply["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("idle the longest"),
+        "{reply}"
+    );
+    assert!(a.closed_by_server());
+    b.assert_alive(5);
+    drop(c);
+    // Once the server has seen c leave, a new client gets in without evicting anyone.
     let started = Instant::now();
     loop {
-        let mut c = server.connect();
-        // The server may close us before the write lands; only a reply counts.
-        let _ = c
+        let mut d = server.connect();
+        let _ = d
             .reader
             .get_mut()
-            .write_all(format!("{}\n", request(4, "echo", json!([]))).as_bytes());
+            .write_all(format!("{}\n", request(6, "echo", json!([]))).as_bytes());
         let mut line = String::new();
-        if matches!(c.reader.read_line(&mut line), Ok(n) if n > 0) {
+        if matches!(d.reader.read_line(&mut line), Ok(n) if n > 0) {
             break;
         }
         assert!(
@@ -608,6 +651,7 @@ fn clients_over_the_limit_are_closed() {
         );
         thread::sleep(Duration::from_millis(10));
     }
+    b.assert_alive(7);
 }
 
 #[test]
@@ -677,6 +721,10 @@ fn sigterm_stops_run() {
     server.catch_signals().expect("signals again");
     let mut running = spawn(server, dir, path);
     running.connect().assert_alive(1);
+    // SIGHUP is logged and ignored.
+    signal_hook::low_level::raise(signal_hook::consts::SIGHUP).expect("raise");
+    thread::sleep(Duration::from_millis(50));
+    running.connect().assert_alive(2);
     signal_hook::low_level::raise(signal_hook::consts::SIGTERM).expect("raise");
     assert_eq!(
         running.join(),
@@ -698,6 +746,25 @@ fn bind_refuses_a_live_socket() {
     }
     // The live server's socket was left alone.
     server.connect().assert_alive(1);
+}
+
+#[test]
+fn bind_refuses_a_socket_another_program_listens_on() {
+    let dir = temp_dir();
+    let path = dir.path().join("ferrule.sock");
+    // Not a ferruled: it holds no lock, but it answers.
+    let other = std::os::unix::net::UnixListener::bind(&path).expect("bind");
+    match Server::bind(config(&path)) {
+        Err(e @ ServerError::InUse { .. }) => {
+            assert!(
+                e.to_string().contains("is in use by another process"),
+                "{e}"
+            );
+        }
+        other => panic!("expected InUse, got {other:?}"),
+    }
+    assert!(path.exists(), "its socket was left alone");
+    drop(other);
 }
 
 #[test]
@@ -991,4 +1058,34 @@ fn ferrulectl_reports_daemon_errors_and_bad_replies() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let reply: Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON");
     assert_eq!(reply, json!({ "ports": "not a list" }));
+}
+
+#[test]
+fn ferrulectl_names_the_key_that_raises_the_request_limit() {
+    let server = start_with(|cfg| cfg.max_request_bytes = 1024);
+    let socket = server.path.to_str().expect("utf-8 path");
+    // An ACL state well over 1024 bytes once encoded.
+    let rules: Vec<Value> = (1..200)
+        .map(|port| json!({"action": "permit", "proto": "tcp", "dst_port": port}))
+        .collect();
+    let file = server._dir.path().join("big.json");
+    fs::write(
+        &file,
+        json!({"tables": [{"name": "big", "rules": rules}]}).to_string(),
+    )
+    .expect("write");
+    let out = ferrulectl(&[
+        "--socket",
+        socket,
+        "acl",
+        "apply",
+        "-f",
+        file.to_str().expect("utf-8 path"),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("request exceeds 1024 bytes; raise [control] max_request_bytes"),
+        "{stderr}"
+    );
 }

@@ -1,7 +1,7 @@
 //! The daemon's ACL state: `acl.apply` input parsing and validation (every error names
 //! the table, the rule index and the field), the change set against the tables in
 //! force, compiling only changed tables, rule hit-counter slots that survive applies,
-//! `acl.dump` and `acl.clear-counters`.
+//! `acl.dump` (built whole, or streamed as it is sent) and `acl.clear-counters`.
 //!
 //! Counters: every rule (and every table's no-match case) owns a counter slot in each
 //! worker's [`RuleCounters`]. A rule kept by an apply — same table name, same content —
@@ -10,11 +10,11 @@
 //! its workers' sum minus a baseline taken when it was (re)assigned or cleared.
 
 use ferrule_api::acl::{invalid, AclApply, AclAttach, AttachTarget};
-use ferrule_api::rpc::RpcError;
+use ferrule_api::rpc::{ReplyStream, RpcError};
 use ferrule_api::{self as api, AclAttachment, AclRuleDump, AclTableDump, Hits};
 use ferrule_dataplane::acl::table::{AclTables, Direction, Table};
 use ferrule_dataplane::acl::Rule;
-use ferrule_dataplane::counters::{RuleCounters, MAX_PORTS};
+use ferrule_dataplane::counters::{RuleCounters, WorkerCounters, MAX_PORTS};
 use ferrule_dataplane::snapshot::PortRole;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -201,7 +201,53 @@ pub struct AclManager {
     slots: Slots,
     draining: Vec<Draining>,
     /// Per slot: the summed count it had when assigned or last cleared.
-    baseline: Vec<Hits>,
+    baseline: Baselines,
+}
+
+/// The per-slot baselines, copied on write: a streamed `acl.dump` keeps reading the
+/// ones it started with while applies and clears go on.
+#[derive(Debug, Clone, Default)]
+struct Baselines(Arc<Vec<Hits>>);
+
+impl Baselines {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn resize(&mut self, len: usize, value: Hits) {
+        Arc::make_mut(&mut self.0).resize(len, value);
+    }
+
+    fn get_mut(&mut self, slot: usize) -> Option<&mut Hits> {
+        if slot < self.0.len() {
+            Some(&mut Arc::make_mut(&mut self.0)[slot])
+        } else {
+            None
+        }
+    }
+
+    /// A slot's count: every worker's sum minus the baseline.
+    fn hits(&self, counters: &[&RuleCounters], slot: u32) -> Hits {
+        let now = raw(counters, slot);
+        let base = self.0.get(slot as usize).copied().unwrap_or_default();
+        Hits {
+            packets: now.packets.wrapping_sub(base.packets),
+            bytes: now.bytes.wrapping_sub(base.bytes),
+        }
+    }
+}
+
+impl std::ops::Index<usize> for Baselines {
+    type Output = Hits;
+    fn index(&self, slot: usize) -> &Hits {
+        &self.0[slot]
+    }
+}
+
+impl std::ops::IndexMut<usize> for Baselines {
+    fn index_mut(&mut self, slot: usize) -> &mut Hits {
+        &mut Arc::make_mut(&mut self.0)[slot]
+    }
 }
 
 /// Sums a slot over every worker's counters.
@@ -230,7 +276,7 @@ impl AclManager {
             current: Arc::default(),
             slots: Slots::new(capacity),
             draining: Vec::new(),
-            baseline: Vec::new(),
+            baseline: Baselines::default(),
         }
     }
 
@@ -302,6 +348,15 @@ impl AclManager {
     /// The attachments of the state in force that wait for their port.
     pub fn pending(&self) -> Vec<AclAttach> {
         pending(&self.requested, &self.ports)
+    }
+
+    /// What `acl.dump` lists as waiting: every waiting attachment when the dump is not
+    /// filtered by table or port.
+    fn pending_for(&self, params: &api::AclDumpParams) -> Vec<api::AclPending> {
+        if params.table.is_some() || params.port.is_some() {
+            return Vec::new();
+        }
+        self.pending().iter().map(api::AclPending::from).collect()
     }
 
     /// Returns slots of generations nobody holds any more to the free list, oldest
@@ -586,16 +641,7 @@ impl AclManager {
     }
 
     fn hits(&self, counters: &[&RuleCounters], slot: u32) -> Hits {
-        let now = raw(counters, slot);
-        let base = self
-            .baseline
-            .get(slot as usize)
-            .copied()
-            .unwrap_or_default();
-        Hits {
-            packets: now.packets.wrapping_sub(base.packets),
-            bytes: now.bytes.wrapping_sub(base.bytes),
-        }
+        self.baseline.hits(counters, slot)
     }
 
     fn table_index(&self, name: &str, field: &str) -> Result<usize, RpcError> {
@@ -606,13 +652,8 @@ impl AclManager {
             .ok_or_else(|| invalid(field, Some(name), None, format!("no table named {name:?}")))
     }
 
-    /// `acl.dump`.
-    pub fn dump(
-        &self,
-        params: &api::AclDumpParams,
-        generation: u64,
-        counters: &[&RuleCounters],
-    ) -> Result<api::AclDump, RpcError> {
+    /// The tables `acl.dump` with `params` shows, in order, with their attachments.
+    fn dump_selection(&self, params: &api::AclDumpParams) -> Result<Vec<DumpTable>, RpcError> {
         let state = &*self.current;
         let only_table = params
             .table
@@ -629,7 +670,7 @@ impl AclManager {
             ),
         };
         let mut tables = Vec::new();
-        for (index, table) in state.tables.iter().enumerate() {
+        for index in 0..state.tables.len() {
             let mut attached = Vec::new();
             for (direction, at) in [
                 (Direction::Ingress, &state.ingress),
@@ -653,27 +694,8 @@ impl AclManager {
                     continue;
                 }
             }
-            let rules = table
-                .rules
-                .iter()
-                .zip(&table.slots)
-                .enumerate()
-                .map(|(i, (r, &slot))| AclRuleDump {
-                    index: i,
-                    action: r.action.to_string(),
-                    proto: r.proto.to_string(),
-                    src: r.src.to_string(),
-                    dst: r.dst.to_string(),
-                    src_port: r.src_port.to_string(),
-                    dst_port: r.dst_port.to_string(),
-                    origin: r.origin.clone(),
-                    hits: self.hits(counters, slot),
-                })
-                .collect();
-            tables.push(AclTableDump {
-                name: table.name.clone(),
-                rules,
-                no_match: self.hits(counters, table.no_match_slot),
+            tables.push(DumpTable {
+                index,
                 attached: attached
                     .into_iter()
                     .map(|(p, d)| AclAttachment {
@@ -682,18 +704,65 @@ impl AclManager {
                     })
                     .collect(),
                 global,
-                memory_bytes: table.memory_bytes(),
             });
         }
-        let pending = if only_table.is_none() && only_port.is_none() {
-            self.pending().iter().map(api::AclPending::from).collect()
-        } else {
-            Vec::new()
-        };
+        Ok(tables)
+    }
+
+    /// `acl.dump`, built whole.
+    pub fn dump(
+        &self,
+        params: &api::AclDumpParams,
+        generation: u64,
+        counters: &[&RuleCounters],
+    ) -> Result<api::AclDump, RpcError> {
+        let state = &*self.current;
+        let tables = self
+            .dump_selection(params)?
+            .into_iter()
+            .map(|sel| {
+                let table = &state.tables[sel.index];
+                AclTableDump {
+                    name: table.name.clone(),
+                    rules: table
+                        .rules
+                        .iter()
+                        .zip(&table.slots)
+                        .enumerate()
+                        .map(|(i, (r, &slot))| rule_dump(i, r, self.hits(counters, slot)))
+                        .collect(),
+                    no_match: self.hits(counters, table.no_match_slot),
+                    attached: sel.attached,
+                    global: sel.global,
+                    memory_bytes: table.memory_bytes(),
+                }
+            })
+            .collect();
         Ok(api::AclDump {
             generation,
             tables,
-            pending,
+            pending: self.pending_for(params),
+        })
+    }
+
+    /// `acl.dump`, written as it is sent: the same JSON text as [`AclManager::dump`]'s
+    /// result, produced a piece at a time. It holds the ACL state in force now (whose
+    /// counter slots are not reused while it lives) and the baselines as they are now,
+    /// and reads each rule's counters when it writes the rule.
+    pub fn dump_stream(
+        &self,
+        params: &api::AclDumpParams,
+        generation: u64,
+        workers: Vec<Arc<WorkerCounters>>,
+    ) -> Result<AclDumpStream, RpcError> {
+        Ok(AclDumpStream {
+            generation,
+            tables: self.dump_selection(params)?,
+            pending: self.pending_for(params),
+            state: Arc::clone(&self.current),
+            baseline: self.baseline.clone(),
+            workers,
+            pos: DumpPos::Start,
         })
     }
 
@@ -731,6 +800,142 @@ impl AclManager {
         Ok(api::AclCleared {
             counters: slots.len(),
         })
+    }
+}
+
+/// One table `acl.dump` shows: its index in the state, where it applies.
+#[derive(Debug, Clone)]
+struct DumpTable {
+    index: usize,
+    attached: Vec<AclAttachment>,
+    global: bool,
+}
+
+/// Rule `index` of a dump.
+fn rule_dump(index: usize, r: &Rule, hits: Hits) -> AclRuleDump {
+    AclRuleDump {
+        index,
+        action: r.action.to_string(),
+        proto: r.proto.to_string(),
+        src: r.src.to_string(),
+        dst: r.dst.to_string(),
+        src_port: r.src_port.to_string(),
+        dst_port: r.dst_port.to_string(),
+        origin: r.origin.clone(),
+        hits,
+    }
+}
+
+/// Where a streamed dump is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DumpPos {
+    /// Nothing written yet.
+    Start,
+    /// Table `table` of the selection is open; `rule` is the next rule to write.
+    Rule {
+        table: usize,
+        rule: usize,
+    },
+    Done,
+}
+
+/// A streamed `acl.dump` ([`AclManager::dump_stream`]).
+pub struct AclDumpStream {
+    generation: u64,
+    tables: Vec<DumpTable>,
+    pending: Vec<api::AclPending>,
+    state: Arc<AclTables>,
+    baseline: Baselines,
+    workers: Vec<Arc<WorkerCounters>>,
+    pos: DumpPos,
+}
+
+fn encode_into<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) -> Result<(), RpcError> {
+    serde_json::to_writer(out, value)
+        .map_err(|e| RpcError::internal(format!("cannot encode acl.dump: {e}")))
+}
+
+impl AclDumpStream {
+    /// Opens table `next` of the selection, or closes the dump after the last.
+    fn open_table(&mut self, out: &mut Vec<u8>, next: usize) -> Result<(), RpcError> {
+        let Some(sel) = self.tables.get(next) else {
+            out.push(b']');
+            if !self.pending.is_empty() {
+                out.extend_from_slice(b",\"pending\":");
+                encode_into(out, &self.pending)?;
+            }
+            out.push(b'}');
+            self.pos = DumpPos::Done;
+            return Ok(());
+        };
+        if next > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"{\"name\":");
+        encode_into(out, &self.state.tables[sel.index].name)?;
+        out.extend_from_slice(b",\"rules\":[");
+        self.pos = DumpPos::Rule {
+            table: next,
+            rule: 0,
+        };
+        Ok(())
+    }
+
+    /// Writes the next element: the head, a rule, or a table's tail.
+    fn write_one(&mut self, out: &mut Vec<u8>, counters: &[&RuleCounters]) -> Result<(), RpcError> {
+        match self.pos {
+            DumpPos::Start => {
+                out.extend_from_slice(b"{\"generation\":");
+                encode_into(out, &self.generation)?;
+                out.extend_from_slice(b",\"tables\":[");
+                self.open_table(out, 0)
+            }
+            DumpPos::Rule { table, rule } => {
+                let sel = &self.tables[table];
+                let t = &self.state.tables[sel.index];
+                if let Some(r) = t.rules.get(rule) {
+                    if rule > 0 {
+                        out.push(b',');
+                    }
+                    let hits = self.baseline.hits(counters, t.slots[rule]);
+                    encode_into(out, &rule_dump(rule, r, hits))?;
+                    self.pos = DumpPos::Rule {
+                        table,
+                        rule: rule + 1,
+                    };
+                    return Ok(());
+                }
+                out.extend_from_slice(b"],\"no_match\":");
+                encode_into(out, &self.baseline.hits(counters, t.no_match_slot))?;
+                out.extend_from_slice(b",\"attached\":");
+                encode_into(out, &sel.attached)?;
+                out.extend_from_slice(b",\"global\":");
+                encode_into(out, &sel.global)?;
+                out.extend_from_slice(b",\"memory_bytes\":");
+                encode_into(out, &t.memory_bytes())?;
+                out.push(b'}');
+                self.open_table(out, table + 1)
+            }
+            DumpPos::Done => Ok(()),
+        }
+    }
+}
+
+impl ReplyStream for AclDumpStream {
+    fn write_next(&mut self, out: &mut Vec<u8>, chunk: usize) -> Result<bool, RpcError> {
+        let start = out.len();
+        let workers = std::mem::take(&mut self.workers);
+        let counters: Vec<&RuleCounters> = workers.iter().map(|w| &w.acl).collect();
+        let mut result = Ok(false);
+        while self.pos != DumpPos::Done && out.len() - start < chunk {
+            if let Err(e) = self.write_one(out, &counters) {
+                result = Err(e);
+                break;
+            }
+        }
+        drop(counters);
+        self.workers = workers;
+        result.map(|_| self.pos == DumpPos::Done)
     }
 }
 
@@ -1087,6 +1292,108 @@ mod tests {
             reused.no_match_slot
         );
         assert_eq!(hits_of(&m, &w, "web3"), vec![0; 8]);
+    }
+
+    /// The streamed dump writes exactly the text of the whole one, whatever the
+    /// piece size, for every filter.
+    #[test]
+    fn streamed_dump_is_the_dump() {
+        let w: Vec<Arc<WorkerCounters>> = (0..2).map(|_| Arc::default()).collect();
+        let c = [&w[0].acl, &w[1].acl];
+        let mut m = AclManager::new(ports());
+        let mut big = web_table(false);
+        big["tables"][1]["rules"] = json!((0..700)
+            .map(|i| json!({"action": "deny", "proto": "udp", "dst_port": i + 1, "origin": format!("ns/p{i}")}))
+            .collect::<Vec<_>>());
+        big["attach"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"port": "pod-b", "direction": "ingress", "table": "all"}));
+        // One attachment waits for its pod: the dump lists it.
+        big["attach"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"pod": "shop/later", "direction": "ingress", "table": "all"}));
+        let d = parse_apply(&big, m.ports()).unwrap();
+        let state = m.apply(&d, &c).unwrap().tables.unwrap();
+        for (i, t) in state.tables.iter().enumerate() {
+            for (j, &slot) in t.slots.iter().enumerate().step_by(3) {
+                w[i % 2].acl.hit(slot, 60 + j as u64);
+            }
+            w[1].acl.hit(t.no_match_slot, 1500);
+        }
+        // Counters cleared for one table: its baselines count.
+        m.clear(
+            &api::AclClearParams {
+                table: Some("web".into()),
+            },
+            &c,
+        )
+        .unwrap();
+        w[0].acl.hit(state.tables[0].slots[1], 99);
+        let filters = [
+            (None, None),
+            (Some("pod-a"), None),
+            (Some("pod-b"), None),
+            (Some("uplink0"), None),
+            (None, Some("all")),
+            (Some("pod-a"), Some("all")),
+        ];
+        for (port, table) in filters {
+            let p = api::AclDumpParams {
+                port: port.map(Into::into),
+                table: table.map(Into::into),
+            };
+            let whole = m.dump(&p, 42, &c).unwrap();
+            for chunk in [1, 100, ferrule_api::rpc::STREAM_CHUNK] {
+                let mut stream = m.dump_stream(&p, 42, w.clone()).unwrap();
+                let mut text = Vec::new();
+                let mut pieces = 0;
+                while !stream.write_next(&mut text, chunk).unwrap() {
+                    pieces += 1;
+                }
+                assert_eq!(
+                    serde_json::from_slice::<Value>(&text).unwrap(),
+                    serde_json::to_value(&whole).unwrap(),
+                    "{port:?} {table:?} in pieces of {chunk}"
+                );
+                assert_eq!(text, serde_json::to_vec(&whole).unwrap());
+                if chunk == 1 {
+                    assert!(pieces >= whole.tables.iter().map(|t| t.rules.len()).sum::<usize>());
+                }
+            }
+        }
+        // Errors come before anything is written.
+        let e = m
+            .dump_stream(
+                &api::AclDumpParams {
+                    port: Some("nope".into()),
+                    table: None,
+                },
+                1,
+                w.clone(),
+            )
+            .err()
+            .unwrap();
+        assert!(e.message.contains("no port named"), "{e}");
+        // A stream keeps its generation's slots from being reused, and reads the
+        // baselines it started with.
+        let stream = m
+            .dump_stream(&api::AclDumpParams::default(), 1, w.clone())
+            .unwrap();
+        let held = m.slots_held();
+        let d = parse_apply(&json!({"tables": []}), m.ports()).unwrap();
+        drop(m.apply(&d, &c).unwrap());
+        drop(state);
+        m.reclaim();
+        assert_eq!(
+            m.slots_held(),
+            held,
+            "slots held by the stream's generation"
+        );
+        drop(stream);
+        m.reclaim();
+        assert_eq!(m.slots_held(), 0);
     }
 
     #[test]

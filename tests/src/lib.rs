@@ -96,6 +96,22 @@ pub fn unique_prefix(tag: &str) -> String {
     format!("ferrule-e2e-{tag}-{}-{n}", std::process::id())
 }
 
+/// The lock `ferruled` takes for its EAL file prefix (never removed by the daemon, see
+/// `server::InstanceLock`); the harness removes it for its own prefixes once their
+/// daemon is gone.
+pub fn eal_lock(prefix: &str) -> PathBuf {
+    Path::new("/run/ferrule/locks").join(format!("eal-{prefix}.lock"))
+}
+
+/// Removes the EAL lock of `prefix` if `pid` (a daemon that is gone) was its last
+/// holder; a lock another daemon holds now names that daemon and stays.
+pub fn remove_eal_lock(prefix: &str, pid: u32) {
+    let path = eal_lock(prefix);
+    if std::fs::read_to_string(&path).is_ok_and(|t| t.trim() == pid.to_string()) {
+        let _ = std::fs::remove_file(&path);
+    }
+}
+
 /// Hugepage files and runtime directories a process with `prefix` left behind.
 pub fn leftovers(prefix: &str) -> Vec<PathBuf> {
     let mut out = Vec::new();
@@ -130,6 +146,8 @@ pub fn base_config(prefix: &str) -> String {
 /// A running `ferruled`, killed and cleaned up on drop if a test did not stop it.
 pub struct Ferruled {
     child: Option<Child>,
+    /// The child's pid, kept after it is reaped (for its lock file).
+    child_pid: u32,
     pub dir: tempfile::TempDir,
     pub socket: PathBuf,
     pub prefix: String,
@@ -192,6 +210,7 @@ impl Ferruled {
             .stderr(std::fs::File::create(&log)?)
             .spawn()?;
         let mut d = Ferruled {
+            child_pid: child.id(),
             child: Some(child),
             dir,
             socket,
@@ -237,6 +256,7 @@ impl Ferruled {
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()?;
+        self.child_pid = child.id();
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
@@ -349,6 +369,7 @@ impl Drop for Ferruled {
         for p in leftovers(&self.prefix) {
             let _ = std::fs::remove_file(&p).or_else(|_| std::fs::remove_dir_all(&p));
         }
+        remove_eal_lock(&self.prefix, self.child_pid);
     }
 }
 

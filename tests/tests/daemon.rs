@@ -218,6 +218,8 @@ fn a_second_daemon_on_the_same_socket_is_refused() {
         .stdin(Stdio::null())
         .output()
         .expect("run ferruled");
+    // It took its own prefix's lock before it found the socket's taken; it is gone.
+    let _ = std::fs::remove_file(eal_lock(&format!("{prefix}-second")));
     assert_eq!(out.status.code(), Some(1));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("in use"),
@@ -304,6 +306,8 @@ fn a_port_that_fails_to_start_is_named() {
         "net_nosuchdriver0",
     );
     let (code, err) = run_ferruled(&cfg, &[]);
+    // The daemon that held its prefix's lock has exited.
+    let _ = std::fs::remove_file(eal_lock(&prefix));
     assert_eq!(code, Some(1), "{err}");
     assert!(
         err.contains("port \"uplink0\"") && err.contains("net_nosuchdriver0"),

@@ -1,11 +1,12 @@
-//! `ferruled`: the Ferrule node daemon. Loads the configuration, binds the control
-//! socket, starts the dataplane and serves the control API until SIGINT/SIGTERM.
+//! `ferruled`: the Ferrule node daemon. Loads the configuration, takes its instance
+//! locks, binds the control socket, starts the dataplane and serves the control API
+//! until SIGINT/SIGTERM (SIGHUP is logged and ignored).
 
 use clap::Parser;
 use ferrule_daemon::config::{Config, DEFAULT_CONFIG_PATH, EMBEDDED_DEFAULT};
 use ferrule_daemon::daemon::{Daemon, StartOptions};
 use ferrule_daemon::fib::Fib;
-use ferrule_daemon::server::{Server, ServerConfig, StopReason};
+use ferrule_daemon::server::{InstanceLock, Server, ServerConfig, StopReason};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -30,9 +31,24 @@ tracking is not kept: connections are tracked anew after a restart (see \
 docs/kubernetes.md). A corrupt file or one of another version stops the start (exit 1) \
 unless --discard-state is given.\n\n\
 SIGINT or SIGTERM stops polling, stops the ports, frees DPDK memory, removes the control \
-socket and exits 0.",
+socket and exits 0. SIGHUP is logged and ignored: ferruled takes changes over its control \
+socket (ferrulectl, ferrule-agent) and never reloads its configuration file.\n\n\
+One ferruled per control socket and per EAL file prefix: before touching either it takes \
+an exclusive lock (flock) on <socket>.lock beside the socket and on \
+/run/ferrule/locks/eal-<file_prefix>.lock, held until it exits; a second ferruled exits 1 \
+naming the lock and the pid holding it. The lock files stay behind, harmlessly.\n\n\
+The control socket gets [control] socket_mode (0600) and socket_group; a client is served \
+only if its uid is in [control] allowed_uids (root) or its gid in allowed_gids, within \
+max_clients connections (the last root_reserved_clients of them for root, who may also \
+evict the connection idle the longest), max_clients_per_peer per process, max_batch \
+requests per batch, max_request_bytes per request line; idle connections close after \
+idle_timeout_s and unfinished request lines after request_timeout_s. Every change request \
+is logged with the client's uid and pid. See configs/README.md and \
+docs/control-protocol.md.",
     after_help = "EXIT STATUS:\n  0  stopped by SIGINT/SIGTERM (or --check passed)\n  \
-1  the dataplane or control socket failed to start\n  2  bad command line or configuration\n\n\
+1  the dataplane or control socket failed to start, or another ferruled holds the \
+socket's or the EAL file prefix's lock\n  2  bad command line or configuration\n\n\
+SIGNALS:\n  SIGINT, SIGTERM  stop cleanly, exit 0\n  SIGHUP           ignored (logged)\n\n\
 EXAMPLES:\n  ferruled --config /etc/ferrule/ferrule.toml\n  \
 ferruled --check --config ./ferrule.toml\n  ferruled --no-huge --socket /tmp/ferrule.sock"
 )]
@@ -139,8 +155,10 @@ fn init_logging(level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(level))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colours only on a terminal: a journal or a log file gets plain text.
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
 }
@@ -178,6 +196,16 @@ fn main() -> ExitCode {
     init_logging(&cfg.log.level);
     tracing::info!(config = %source, "ferruled {} starting", env!("CARGO_PKG_VERSION"));
 
+    // One daemon per EAL file prefix (and, in Server::bind, per socket), before the
+    // EAL or the socket is touched; held until the process exits.
+    let _prefix_lock = match InstanceLock::eal_prefix(&cfg.eal.file_prefix) {
+        Ok(lock) => lock,
+        Err(e) => {
+            eprintln!("ferruled: {e}");
+            return ExitCode::from(1);
+        }
+    };
+
     if cfg.eal.hugepages {
         if let Some(free) = free_hugepage_mb() {
             if free < u64::from(cfg.eal.memory_mb) {
@@ -192,14 +220,12 @@ fn main() -> ExitCode {
         }
     }
 
-    let server_cfg = ServerConfig {
-        socket: cfg.control.socket.clone(),
-        max_request_bytes: cfg.control.max_request_bytes,
-        // Punted packets (neighbour answers, packets held for resolution) are handled
-        // every tick; link state is polled every link_poll_ms within it.
-        tick: Duration::from_millis(CONTROL_TICK_MS.min(cfg.dataplane.link_poll_ms)),
-        max_clients: cfg.control.max_clients,
-    };
+    // Punted packets (neighbour answers, packets held for resolution) are handled
+    // every tick; link state is polled every link_poll_ms within it.
+    let server_cfg = ServerConfig::from_control(
+        &cfg.control,
+        Duration::from_millis(CONTROL_TICK_MS.min(cfg.dataplane.link_poll_ms)),
+    );
     let mut server = match Server::bind(server_cfg) {
         Ok(s) => s,
         Err(e) => {

@@ -1,12 +1,14 @@
 //! `acl.*`: apply a whole ACL state (validated and compiled on the control thread, then
-//! published as one generation), dump tables with their hit counters, clear counters.
+//! published as one generation), dump tables with their hit counters (streamed on the
+//! socket), clear counters.
 
 use super::state::WorkerRuntime;
 use super::{to_value, NodeState};
-use ferrule_api::rpc::{parse_params, RpcError};
+use ferrule_api::rpc::{parse_params, ReplyStream, RpcError};
 use ferrule_api::{AclClearParams, AclDumpParams};
 use ferrule_dataplane::counters::RuleCounters;
 use serde_json::Value;
+use std::sync::Arc;
 
 /// Every worker's ACL hit counters.
 fn rule_counters(workers: &[WorkerRuntime]) -> Vec<&RuleCounters> {
@@ -54,6 +56,22 @@ impl NodeState {
             self.acl
                 .dump(&p, generation, &rule_counters(&self.workers))?,
         )
+    }
+
+    /// `acl.dump` written as it is sent ([`crate::acl::AclManager::dump_stream`]):
+    /// what the control socket serves, so that a dump of many rules is never held whole.
+    pub(super) fn acl_dump_stream(
+        &mut self,
+        params: &Value,
+    ) -> Result<Box<dyn ReplyStream>, RpcError> {
+        let p: AclDumpParams = parse_params(params)?;
+        let generation = self.snapshot().generation;
+        let workers = self
+            .workers
+            .iter()
+            .map(|w| Arc::clone(&w.counters))
+            .collect();
+        Ok(Box::new(self.acl.dump_stream(&p, generation, workers)?))
     }
 
     pub(super) fn acl_clear(&mut self, params: &Value) -> Result<Value, RpcError> {

@@ -19,7 +19,7 @@ pub use state::NodeState;
 
 use crate::config::{format_mac, Config, PortConfig};
 use crate::fib::Fib;
-use ferrule_api::rpc::{RpcError, Service};
+use ferrule_api::rpc::{Reply, RpcError, Service};
 use ferrule_api::{self as api, PortsList, Stats, VersionInfo};
 use ferrule_dataplane::counters::PortTotals;
 use ferrule_dataplane::dpdk::{
@@ -651,6 +651,14 @@ impl Service for Daemon {
             self.persist(method, params);
         }
         out
+    }
+
+    fn call_reply(&mut self, method: &str, params: &Value) -> Result<Reply, RpcError> {
+        match method {
+            // Written as it is sent: a dump of many rules is never held whole.
+            api::acl_method::DUMP => self.state.acl_dump_stream(params).map(Reply::Stream),
+            _ => self.call(method, params).map(Reply::Value),
+        }
     }
 
     fn tick(&mut self) {
