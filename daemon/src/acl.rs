@@ -345,6 +345,25 @@ impl AclManager {
         Some(next)
     }
 
+    /// Per table of the state in force: its rule count, the packets its rules matched
+    /// and the packets none did (metrics).
+    pub fn table_counts(&self, counters: &[&RuleCounters]) -> Vec<crate::metrics::AclTableCounts> {
+        self.current
+            .tables
+            .iter()
+            .map(|t| crate::metrics::AclTableCounts {
+                name: t.name.clone(),
+                rules: t.rules.len(),
+                matched: t
+                    .slots
+                    .iter()
+                    .map(|&s| self.hits(counters, s).packets)
+                    .fold(0u64, u64::wrapping_add),
+                no_match: self.hits(counters, t.no_match_slot).packets,
+            })
+            .collect()
+    }
+
     /// The attachments of the state in force that wait for their port.
     pub fn pending(&self) -> Vec<AclAttach> {
         pending(&self.requested, &self.ports)

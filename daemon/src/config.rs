@@ -87,6 +87,8 @@ pub struct Config {
     pub control: ControlSection,
     /// `[state]`: where run-time changes are kept across restarts (none: not kept).
     pub state: Option<PathBuf>,
+    /// `[metrics] listen`: the Prometheus endpoint's address (none: off).
+    pub metrics: Option<std::net::SocketAddr>,
     pub dataplane: DataplaneSection,
     pub log: LogSection,
     pub ports: Vec<PortConfig>,
@@ -333,6 +335,26 @@ struct RawConfig {
     ct: RawCt,
     #[serde(default)]
     state: RawState,
+    #[serde(default)]
+    metrics: RawMetrics,
+}
+
+/// `[metrics]`, as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawMetrics {
+    listen: Spanned<String>,
+}
+
+/// Where the metrics endpoint listens by default (local only).
+pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9469";
+
+impl Default for RawMetrics {
+    fn default() -> Self {
+        RawMetrics {
+            listen: Spanned::new(0..0, DEFAULT_METRICS_LISTEN.to_string()),
+        }
+    }
 }
 
 /// `[state]`, as written.
@@ -1109,10 +1131,25 @@ impl RawConfig {
                 Some(path.clone())
             }
         };
+        let listen = self.metrics.listen.get_ref();
+        let metrics = if listen.is_empty() {
+            None
+        } else {
+            Some(listen.parse().map_err(|_| {
+                ctx.err(
+                    self.metrics.listen.span(),
+                    "metrics.listen",
+                    format!(
+                        "{listen:?}: ADDRESS:PORT, e.g. 127.0.0.1:9469 (\"\" turns metrics off)"
+                    ),
+                )
+            })?)
+        };
         Ok(Config {
             eal,
             control,
             state,
+            metrics,
             dataplane,
             log,
             ports,

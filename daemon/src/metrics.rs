@@ -351,3 +351,230 @@ mod tests {
         assert!(text.contains("ferrule_build_info{version="), "{text}");
     }
 }
+
+/// Most scrapes served at once; more connections wait in the listen backlog.
+const MAX_CONNS: usize = 8;
+/// Longest request head read.
+const MAX_REQUEST: usize = 8 * 1024;
+/// A connection that has not sent its request, or not taken its answer, in this long
+/// is closed.
+const CONN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The metrics endpoint: a non-blocking HTTP/1.1 listener the control thread polls at
+/// its tick. `GET /metrics` is answered with [`render`]'s text; nothing a client does
+/// can hold the control thread (reads and writes never block, a few connections at
+/// once, each with a deadline).
+#[derive(Debug)]
+pub struct MetricsServer {
+    listener: std::net::TcpListener,
+    conns: Vec<HttpConn>,
+}
+
+#[derive(Debug)]
+struct HttpConn {
+    stream: std::net::TcpStream,
+    request: Vec<u8>,
+    /// The answer, once the request is complete; `out[sent..]` is left to send.
+    out: Option<Vec<u8>>,
+    sent: usize,
+    since: std::time::Instant,
+}
+
+/// What a request asks for.
+#[derive(Debug, PartialEq, Eq)]
+enum Route {
+    Metrics,
+    Index,
+    NotFound,
+    NotAllowed,
+    Bad,
+}
+
+fn route(head: &[u8]) -> Route {
+    let text = String::from_utf8_lossy(head);
+    let mut parts = text.lines().next().unwrap_or("").split_whitespace();
+    let (Some(method), Some(target), Some(version)) = (parts.next(), parts.next(), parts.next())
+    else {
+        return Route::Bad;
+    };
+    if !version.starts_with("HTTP/1.") {
+        return Route::Bad;
+    }
+    if method != "GET" && method != "HEAD" {
+        return Route::NotAllowed;
+    }
+    match target.split('?').next().unwrap_or("") {
+        "/metrics" => Route::Metrics,
+        "/" => Route::Index,
+        _ => Route::NotFound,
+    }
+}
+
+fn response(status: &str, content_type: &str, body: &str, head_only: bool) -> Vec<u8> {
+    let mut out = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    if !head_only {
+        out.extend_from_slice(body.as_bytes());
+    }
+    out
+}
+
+impl MetricsServer {
+    /// Listens on `addr` (non-blocking).
+    pub fn bind(addr: std::net::SocketAddr) -> std::io::Result<MetricsServer> {
+        let listener = std::net::TcpListener::bind(addr)?;
+        listener.set_nonblocking(true)?;
+        Ok(MetricsServer {
+            listener,
+            conns: Vec::new(),
+        })
+    }
+
+    /// The address it listens on.
+    pub fn local_addr(&self) -> std::io::Result<std::net::SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Accepts, reads and answers what is ready without waiting; `collect` is called
+    /// once per `GET /metrics`.
+    pub fn poll(&mut self, mut collect: impl FnMut() -> NodeMetrics) {
+        use std::io::{Read, Write};
+        while self.conns.len() < MAX_CONNS {
+            match self.listener.accept() {
+                Ok((stream, _)) => {
+                    if stream.set_nonblocking(true).is_ok() {
+                        self.conns.push(HttpConn {
+                            stream,
+                            request: Vec::new(),
+                            out: None,
+                            sent: 0,
+                            since: std::time::Instant::now(),
+                        });
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        self.conns.retain_mut(|c| {
+            if c.since.elapsed() > CONN_TIMEOUT {
+                return false;
+            }
+            if c.out.is_none() {
+                let mut buf = [0u8; 2048];
+                loop {
+                    match c.stream.read(&mut buf) {
+                        Ok(0) => return false,
+                        Ok(n) => {
+                            c.request.extend_from_slice(&buf[..n]);
+                            if c.request.len() > MAX_REQUEST {
+                                c.out = Some(response(
+                                    "431 Request Header Fields Too Large",
+                                    "text/plain",
+                                    "request too large\n",
+                                    false,
+                                ));
+                                break;
+                            }
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                        Err(_) => return false,
+                    }
+                }
+                if c.out.is_none() {
+                    let Some(end) = c.request.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        return true;
+                    };
+                    let head = &c.request[..end];
+                    let head_only = head.starts_with(b"HEAD ");
+                    c.out = Some(match route(head) {
+                        Route::Metrics => {
+                            response("200 OK", CONTENT_TYPE, &render(collect()), head_only)
+                        }
+                        Route::Index => response(
+                            "200 OK",
+                            "text/plain; charset=utf-8",
+                            "ferruled: metrics at /metrics\n",
+                            head_only,
+                        ),
+                        Route::NotFound => response(
+                            "404 Not Found",
+                            "text/plain",
+                            "not found: try /metrics\n",
+                            head_only,
+                        ),
+                        Route::NotAllowed => response(
+                            "405 Method Not Allowed",
+                            "text/plain",
+                            "GET /metrics\n",
+                            false,
+                        ),
+                        Route::Bad => {
+                            response("400 Bad Request", "text/plain", "bad request\n", false)
+                        }
+                    });
+                }
+            }
+            let Some(out) = &c.out else {
+                return true;
+            };
+            while c.sent < out.len() {
+                match c.stream.write(&out[c.sent..]) {
+                    Ok(0) => return false,
+                    Ok(n) => c.sent += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return true,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(_) => return false,
+                }
+            }
+            false
+        });
+    }
+}
+
+#[cfg(test)]
+mod http_tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    fn get(server: &mut MetricsServer, request: &[u8]) -> String {
+        let mut c = std::net::TcpStream::connect(server.local_addr().unwrap()).unwrap();
+        c.write_all(request).unwrap();
+        c.set_read_timeout(Some(std::time::Duration::from_millis(20)))
+            .unwrap();
+        let mut got = Vec::new();
+        for _ in 0..200 {
+            server.poll(NodeMetrics::default);
+            let mut buf = [0u8; 4096];
+            match c.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(_) => {}
+            }
+        }
+        String::from_utf8_lossy(&got).into_owned()
+    }
+
+    #[test]
+    fn scrapes_are_answered_and_bad_requests_refused() {
+        let mut s = MetricsServer::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let ok = get(&mut s, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert!(ok.starts_with("HTTP/1.1 200 OK"), "{ok}");
+        assert!(
+            ok.contains("version=0.0.4") && ok.contains("ferrule_build_info"),
+            "{ok}"
+        );
+        assert!(get(&mut s, b"GET /nope HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 404"));
+        assert!(get(&mut s, b"POST /metrics HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 405"));
+        assert!(get(&mut s, b"garbage\r\n\r\n").starts_with("HTTP/1.1 400"));
+        let big = vec![b'a'; MAX_REQUEST + 10];
+        assert!(get(&mut s, &big).starts_with("HTTP/1.1 431"));
+        // A client that never sends its request does not stop the others.
+        let _idle = std::net::TcpStream::connect(s.local_addr().unwrap()).unwrap();
+        assert!(get(&mut s, b"GET /metrics HTTP/1.0\r\n\r\n").starts_with("HTTP/1.1 200"));
+    }
+}

@@ -189,6 +189,12 @@ impl Ferruled {
                  pcap_dirs = [\"{d}\"]\n"
             )
         };
+        // Test daemons run side by side: no metrics endpoint unless a test asks.
+        let config = if config.contains("[metrics]") {
+            config
+        } else {
+            format!("{config}\n[metrics]\nlisten = \"\"\n")
+        };
         std::fs::write(&cfg_path, config)?;
         let socket = dir.path().join("ctl").join("ferrule.sock");
         let log = dir.path().join("ferruled.log");

@@ -5,6 +5,7 @@
 use etherparse::PacketBuilder;
 use ferrule_e2e::*;
 use serde_json::Value;
+use std::io::Write;
 use std::process::{Command, Stdio};
 
 fn null_pair(prefix: &str) -> String {
@@ -478,4 +479,110 @@ fn ok(d: &Ferruled, args: &[&str]) {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     );
+}
+
+/// A free local TCP port (bound and released).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+fn http_get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to metrics");
+    c.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    write!(c, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    let mut out = String::new();
+    c.read_to_string(&mut out).expect("read the answer");
+    out
+}
+
+#[test]
+fn metrics_are_served_in_the_prometheus_text_format() {
+    let prefix = unique_prefix("metrics");
+    let port = free_port();
+    let cfg = format!(
+        "{}\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n",
+        null_pair(&prefix)
+    );
+    let mut d = Ferruled::start(&cfg, &prefix).expect("start ferruled");
+    d.wait_stats("forwarding", |s| u(&s["totals"]["tx_packets"]) > 10_000);
+    let answer = http_get(port, "/metrics");
+    let (head, body) = answer.split_once("\r\n\r\n").expect("an HTTP answer");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.contains("text/plain; version=0.0.4"), "{head}");
+    // Parsed by the Prometheus client library's own parser.
+    // Debian's Python, where python3-prometheus-client is installed.
+    let mut py = Command::new("/usr/bin/python3")
+        .args([
+            "-c",
+            concat!(
+                "import sys, json\n",
+                "from prometheus_client.parser import text_string_to_metric_families\n",
+                "out = {}\n",
+                "for f in text_string_to_metric_families(sys.stdin.read()):\n",
+                "    for s in f.samples:\n",
+                "        out.setdefault(s.name, []).append([s.labels, s.value, f.type])\n",
+                "print(json.dumps(out))\n",
+            ),
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3 (scripts/setup.sh installs python3-prometheus-client)");
+    py.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+    let out = py.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the exposition does not parse: {}\n{body}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let samples: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let value = |name: &str, label: &str, want: &str| -> f64 {
+        samples[name]
+            .as_array()
+            .unwrap_or_else(|| panic!("no {name} in {body}"))
+            .iter()
+            .find(|s| label.is_empty() || s[0][label] == want)
+            .and_then(|s| s[1].as_f64())
+            .unwrap_or_else(|| panic!("no {name}{{{label}={want}}} in {body}"))
+    };
+    assert_eq!(samples["ferrule_port_rx_packets_total"][0][2], "counter");
+    let rx = value("ferrule_port_rx_packets_total", "port", "pod0");
+    assert!(rx > 0.0, "{body}");
+    assert_eq!(value("ferrule_port_up", "port", "uplink0"), 1.0);
+    assert_eq!(value("ferrule_build_info", "", ""), 1.0);
+    for name in [
+        "ferrule_worker_rx_packets_total",
+        "ferrule_mbufs_in_use",
+        "ferrule_acl_generation",
+        "ferrule_conntrack_max_entries",
+        "ferrule_snat_ports_exhausted_total",
+    ] {
+        assert!(samples.get(name).is_some(), "no {name} in {body}");
+    }
+    // Counters only grow, and agree with stats.get.
+    let later = http_get(port, "/metrics");
+    let stats = d.ctl_json(&["stats"]);
+    let line = later
+        .lines()
+        .find(|l| l.starts_with("ferrule_port_rx_packets_total{port=\"pod0\"}"))
+        .expect("pod0 rx");
+    let rx2: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(rx2 >= rx, "{rx2} < {rx}");
+    let now = stats["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "pod0")
+        .map(|p| u(&p["counters"]["rx_packets"]))
+        .unwrap();
+    assert!(rx2 <= now as f64, "metrics {rx2} ahead of stats {now}");
+    assert!(http_get(port, "/nope").starts_with("HTTP/1.1 404"));
+    let status = d.terminate();
+    assert!(status.success(), "{}", d.log_text());
 }

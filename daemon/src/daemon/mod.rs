@@ -114,6 +114,8 @@ pub struct Daemon {
     /// The run-time state kept across restarts, and its file (`[state] path`).
     saved: crate::persist::SavedState,
     state_file: Option<crate::persist::StateFile>,
+    /// The Prometheus endpoint (`[metrics] listen`), polled at each tick.
+    metrics: Option<crate::metrics::MetricsServer>,
     pool: Arc<Mempool>,
     eal: Eal,
     started: Instant,
@@ -362,6 +364,18 @@ impl Daemon {
             devices: devices::DevicePolicy::from_control(&cfg.control),
             saved: crate::persist::SavedState::default(),
             state_file: None,
+            metrics: cfg.metrics.and_then(|addr| {
+                match crate::metrics::MetricsServer::bind(addr) {
+                    Ok(m) => {
+                        tracing::info!(listen = %addr, "metrics at http://{addr}/metrics");
+                        Some(m)
+                    }
+                    Err(e) => {
+                        tracing::error!(listen = %addr, error = %e, "metrics endpoint not started: cannot listen (another ferruled? set [metrics] listen)");
+                        None
+                    }
+                }
+            }),
             pool,
             eal,
             started: Instant::now(),
@@ -690,7 +704,28 @@ impl Daemon {
         }
     }
 
+    /// What one metrics scrape reports.
+    fn node_metrics(&mut self) -> crate::metrics::NodeMetrics {
+        let ct = self
+            .state
+            .call(api::ct_method::STATS, &Value::Null)
+            .and_then(Result::ok)
+            .and_then(|v| serde_json::from_value(v).ok());
+        let counters: Vec<_> = self.state.workers.iter().map(|w| &w.counters.acl).collect();
+        crate::metrics::NodeMetrics {
+            stats: Some(self.stats()),
+            ports: self.ports_list().ports,
+            ct,
+            acl_generation: self.state.acl.current().generation,
+            acl: self.state.acl.table_counts(&counters),
+        }
+    }
+
     fn tick_housekeeping(&mut self) {
+        if let Some(mut m) = self.metrics.take() {
+            m.poll(|| self.node_metrics());
+            self.metrics = Some(m);
+        }
         self.state.drain_punts(&self.pool);
         self.state.resolve_due(&self.pool);
         let now = Instant::now();
