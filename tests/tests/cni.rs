@@ -898,3 +898,254 @@ fn a_crash_loses_nothing_given_at_run_time() {
     let status = d.terminate();
     assert!(status.success(), "{}", d.log_text());
 }
+
+/// A network configuration with the reference `static` IPAM: the pod gets `address`.
+fn static_conf(socket: &Path, vhost_dir: &Path, address: &str) -> Value {
+    net_conf(
+        socket,
+        Path::new("/nonexistent"),
+        vhost_dir,
+        json!({"ipam": {"type": "static", "addresses": [{"address": address}]}}),
+    )
+}
+
+/// Runs the plugin for pod `ns/name` (container `id`).
+fn plugin_for(cmd: &str, id: &str, pod: (&str, &str), netns: &Path, conf: &Value) -> (bool, Value) {
+    let mut child = Command::new(cni_bin())
+        .env("CNI_COMMAND", cmd)
+        .env("CNI_CONTAINERID", id)
+        .env("CNI_NETNS", netns)
+        .env("CNI_IFNAME", "eth0")
+        .env("CNI_PATH", "/usr/lib/cni:/opt/cni/bin")
+        .env(
+            "CNI_ARGS",
+            format!(
+                "IgnoreUnknown=1;K8S_POD_NAMESPACE={};K8S_POD_NAME={}",
+                pod.0, pod.1
+            ),
+        )
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run the CNI plugin");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(conf.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let value = serde_json::from_str(&text).unwrap_or(Value::Null);
+    (out.status.success(), value)
+}
+
+const SAME_NAMES: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: web, namespace: shop, labels: {app: web}}
+spec: {nodeName: node-1, containers: [{name: c}]}
+status: {podIP: 10.1.0.21}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: web, namespace: blog, labels: {app: web}}
+spec: {nodeName: node-1, containers: [{name: c}]}
+status: {podIP: 10.1.0.22}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: client, namespace: shop, labels: {app: client}}
+spec: {nodeName: node-1, containers: [{name: c}]}
+status: {podIP: 10.1.0.23}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: closed, namespace: blog}
+spec:
+  podSelector: {matchLabels: {app: web}}
+  policyTypes: [Ingress]
+  ingress: []
+"#;
+
+#[test]
+fn pods_are_bound_by_namespace_and_name_and_policy_waits_for_them() {
+    let prefix = unique_prefix("nsname");
+    let tag = std::process::id() % 100_000;
+    let router = Netns::router(&format!("fnr{tag}"), &format!("fnu{tag}"));
+    let vhost = tempfile::tempdir().unwrap();
+    let d = ferruled_with_uplink(&prefix, router.root_end.as_deref().unwrap(), vhost.path());
+    let state = vhost.path().join("cluster.yaml");
+    std::fs::write(&state, SAME_NAMES).unwrap();
+    // `policy verdict` needs no daemon for a cluster with one pod name in two
+    // namespaces.
+    let v = d.ctl(&[
+        "policy",
+        "verdict",
+        "--state",
+        state.to_str().unwrap(),
+        "--from",
+        "shop/client",
+        "--to",
+        "blog/web",
+        "--port",
+        "80",
+        "--protocol",
+        "TCP",
+    ]);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&v.stdout),
+        String::from_utf8_lossy(&v.stderr)
+    );
+    assert!(v.status.success() && text.contains("deny"), "{text}");
+
+    // Policy first: no pod has a port yet; the apply succeeds and its attachments wait.
+    let o = d.ctl(&[
+        "--json",
+        "policy",
+        "apply",
+        "--state",
+        state.to_str().unwrap(),
+        "--node",
+        "node-1",
+    ]);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(o.status.success(), "{text}");
+    let dump = d.ctl_json(&["acl", "dump"]);
+    let waiting = dump["pending"].to_string();
+    assert!(waiting.contains("blog/web"), "{dump}");
+
+    // Then the pods: the same name in two namespaces, and a client.
+    let pods: Vec<(Netns, &str, (&str, &str), &str)> = vec![
+        (
+            Netns::new(&format!("fn1{tag}")),
+            "s-web",
+            ("shop", "web"),
+            "10.1.0.21/24",
+        ),
+        (
+            Netns::new(&format!("fn2{tag}")),
+            "b-web",
+            ("blog", "web"),
+            "10.1.0.22/24",
+        ),
+        (
+            Netns::new(&format!("fn3{tag}")),
+            "s-cli",
+            ("shop", "client"),
+            "10.1.0.23/24",
+        ),
+    ];
+    for (ns, id, pod, address) in &pods {
+        let (ok, v) = plugin_for(
+            "ADD",
+            id,
+            *pod,
+            &ns.path(),
+            &static_conf(&d.socket, vhost.path(), address),
+        );
+        assert!(ok, "{v}");
+    }
+    let dump = d.ctl_json(&["acl", "dump"]);
+    assert!(
+        dump["pending"].as_array().is_none_or(|p| p.is_empty()),
+        "{dump}"
+    );
+    let client = &pods[2].0;
+    // The first packet to blog/web is already denied; shop/web (same name) is open.
+    assert!(!sh(&[
+        "ip",
+        "netns",
+        "exec",
+        &client.name,
+        "ping",
+        "-c",
+        "1",
+        "-W",
+        "1",
+        "10.1.0.22"
+    ])
+    .status
+    .success());
+    client.exec(&["ping", "-c", "1", "-W", "2", "10.1.0.21"]);
+
+    // The pod restarts (a new container, a new port): the table follows it.
+    let (ok, v) = plugin_for(
+        "DEL",
+        "b-web",
+        ("blog", "web"),
+        &pods[1].0.path(),
+        &static_conf(&d.socket, vhost.path(), "10.1.0.22/24"),
+    );
+    assert!(ok, "{v}");
+    assert!(d.ctl_json(&["acl", "dump"])["pending"]
+        .to_string()
+        .contains("blog/web"));
+    let (ok, v) = plugin_for(
+        "ADD",
+        "b-web-2",
+        ("blog", "web"),
+        &pods[1].0.path(),
+        &static_conf(&d.socket, vhost.path(), "10.1.0.22/24"),
+    );
+    assert!(ok, "{v}");
+    assert!(!sh(&[
+        "ip",
+        "netns",
+        "exec",
+        &client.name,
+        "ping",
+        "-c",
+        "1",
+        "-W",
+        "1",
+        "10.1.0.22"
+    ])
+    .status
+    .success());
+
+    // Pod first, policy second: shop/web closes too.
+    let closed_shop = format!(
+        "{SAME_NAMES}---\napiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {{name: closed, namespace: shop}}\n\
+         spec:\n  podSelector: {{matchLabels: {{app: web}}}}\n  policyTypes: [Ingress]\n  ingress: []\n"
+    );
+    std::fs::write(&state, closed_shop).unwrap();
+    let o = d.ctl(&[
+        "policy",
+        "apply",
+        "--state",
+        state.to_str().unwrap(),
+        "--node",
+        "node-1",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!sh(&[
+        "ip",
+        "netns",
+        "exec",
+        &client.name,
+        "ping",
+        "-c",
+        "1",
+        "-W",
+        "1",
+        "10.1.0.21"
+    ])
+    .status
+    .success());
+    for ((ns, _, pod, address), id) in pods.iter().zip(["s-web", "b-web-2", "s-cli"]) {
+        let (ok, v) = plugin_for(
+            "DEL",
+            id,
+            *pod,
+            &ns.path(),
+            &static_conf(&d.socket, vhost.path(), address),
+        );
+        assert!(ok, "{v}");
+    }
+}
