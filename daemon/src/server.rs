@@ -266,21 +266,27 @@ pub struct InstanceLock {
     path: PathBuf,
 }
 
+/// Creates the missing directories above `path` (mode 0755).
+fn create_parent(path: &Path) -> Result<(), ServerError> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        if !parent.exists() {
+            DirBuilder::new()
+                .recursive(true)
+                .mode(0o755)
+                .create(parent)
+                .map_err(|e| {
+                    ServerError::io(format!("cannot create directory {}", parent.display()), e)
+                })?;
+        }
+    }
+    Ok(())
+}
+
 impl InstanceLock {
     /// Takes the lock at `path` (created 0644 if missing, its directory 0755), or fails
     /// with [`ServerError::InUse`] naming `what`, the lock, the holder's pid and `hint`.
     fn acquire(path: &Path, what: String, hint: &'static str) -> Result<InstanceLock, ServerError> {
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            if !parent.exists() {
-                DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o755)
-                    .create(parent)
-                    .map_err(|e| {
-                        ServerError::io(format!("cannot create directory {}", parent.display()), e)
-                    })?;
-            }
-        }
+        create_parent(path)?;
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -427,17 +433,7 @@ impl Server {
     pub fn bind(cfg: ServerConfig) -> Result<Server, ServerError> {
         cfg.validate().map_err(ServerError::Config)?;
         let path = cfg.socket.clone();
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            if !parent.exists() {
-                DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o755)
-                    .create(parent)
-                    .map_err(|e| {
-                        ServerError::io(format!("cannot create directory {}", parent.display()), e)
-                    })?;
-            }
-        }
+        create_parent(&path)?;
         let what = format!("control socket {}", path.display());
         let lock = InstanceLock::acquire(&socket_lock_path(&path), what, SOCKET_HINT)?;
         remove_stale_socket(&path)?;

@@ -149,8 +149,21 @@ fn net_conf(socket: &Path, ipam_dir: &Path, vhost_dir: &Path, extra: Value) -> V
     conf
 }
 
-/// Runs the plugin binary the way a runtime does.
+/// Runs the plugin binary the way a runtime does, for pod `shop/web-ID`.
 fn plugin(cmd: &str, id: &str, netns: Option<&Path>, ifname: &str, conf: &Value) -> (bool, Value) {
+    let pod = format!("web-{id}");
+    run_plugin(cmd, id, netns, ifname, ("shop", &pod), conf)
+}
+
+/// Runs the plugin binary for container `id` of pod `namespace/name`.
+fn run_plugin(
+    cmd: &str,
+    id: &str,
+    netns: Option<&Path>,
+    ifname: &str,
+    pod: (&str, &str),
+    conf: &Value,
+) -> (bool, Value) {
     let mut child = Command::new(cni_bin())
         .env("CNI_COMMAND", cmd)
         .env("CNI_CONTAINERID", id)
@@ -159,7 +172,10 @@ fn plugin(cmd: &str, id: &str, netns: Option<&Path>, ifname: &str, conf: &Value)
         .env("CNI_PATH", "/usr/lib/cni:/opt/cni/bin")
         .env(
             "CNI_ARGS",
-            format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=shop;K8S_POD_NAME=web-{id};K8S_POD_INFRA_CONTAINER_ID={id}"),
+            format!(
+                "IgnoreUnknown=1;K8S_POD_NAMESPACE={};K8S_POD_NAME={};K8S_POD_INFRA_CONTAINER_ID={id}",
+                pod.0, pod.1
+            ),
         )
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -909,35 +925,9 @@ fn static_conf(socket: &Path, vhost_dir: &Path, address: &str) -> Value {
     )
 }
 
-/// Runs the plugin for pod `ns/name` (container `id`).
+/// Runs the plugin for pod `ns/name` (container `id`) on `eth0`.
 fn plugin_for(cmd: &str, id: &str, pod: (&str, &str), netns: &Path, conf: &Value) -> (bool, Value) {
-    let mut child = Command::new(cni_bin())
-        .env("CNI_COMMAND", cmd)
-        .env("CNI_CONTAINERID", id)
-        .env("CNI_NETNS", netns)
-        .env("CNI_IFNAME", "eth0")
-        .env("CNI_PATH", "/usr/lib/cni:/opt/cni/bin")
-        .env(
-            "CNI_ARGS",
-            format!(
-                "IgnoreUnknown=1;K8S_POD_NAMESPACE={};K8S_POD_NAME={}",
-                pod.0, pod.1
-            ),
-        )
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("run the CNI plugin");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(conf.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let value = serde_json::from_str(&text).unwrap_or(Value::Null);
-    (out.status.success(), value)
+    run_plugin(cmd, id, Some(netns), "eth0", pod, conf)
 }
 
 const SAME_NAMES: &str = r#"
