@@ -149,15 +149,29 @@ fn a_deny_rule_stops_traffic_between_pods_and_the_dump_shows_the_hit() {
         "{}",
         text(&o)
     );
+    // A port that does not exist yet is not an error (its attachment waits: a dry
+    // run shows it); a malformed pod reference is, and changes nothing.
     let unknown = write_file(
         files.path(),
         "unknown.json",
         r#"{"tables": [{"name": "t"}], "attach": [{"port": "pod-z", "direction": "egress", "table": "t"}]}"#,
     );
-    let o = d.ctl(&["acl", "apply", "-f", &unknown]);
-    fails(&o, "apply to an unknown port");
+    let o = d.ctl(&["acl", "apply", "--dry-run", "-f", &unknown]);
+    ok(&o, "dry run naming a port that does not exist yet");
     assert!(
-        text(&o).contains("attach[0].port") && text(&o).contains("pod-z"),
+        text(&o).contains("1 attachments wait for their port"),
+        "{}",
+        text(&o)
+    );
+    let bad_pod = write_file(
+        files.path(),
+        "bad-pod.json",
+        r#"{"tables": [{"name": "t"}], "attach": [{"pod": "Not/A-Pod", "direction": "egress", "table": "t"}]}"#,
+    );
+    let o = d.ctl(&["acl", "apply", "-f", &bad_pod]);
+    fails(&o, "apply to a malformed pod reference");
+    assert!(
+        text(&o).contains("attach[0].pod") && text(&o).contains("Not/A-Pod"),
         "{}",
         text(&o)
     );
