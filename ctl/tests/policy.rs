@@ -475,9 +475,33 @@ fn bad_input_names_the_object_and_field_and_unknown_kinds_warn() {
         "{err}"
     );
     assert!(out.contains("tables: []"), "{out}");
-    // Two local pods on one port name.
+    // Two local pods of one name in two namespaces: each attaches to the port that
+    // records it, no annotation needed.
     let mut text = pod("x", "web", "", "n", &["10.0.0.1"], "");
     text += &pod("y", "web", "", "n", &["10.0.0.2"], "");
+    text += "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: d, namespace: x}\nspec: {podSelector: {}}\n---\n";
+    text += "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: d, namespace: y}\nspec: {podSelector: {}}\n";
+    let engine = Engine::new(state(&text), Local::All).expect("one pod name in two namespaces");
+    let apply = serde_json::to_value(engine.rendered().to_apply()).unwrap();
+    let targets: Vec<&str> = apply["attach"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a["pod"].as_str())
+        .collect();
+    assert!(
+        targets.contains(&"x/web") && targets.contains(&"y/web"),
+        "{apply}"
+    );
+    // Two pods naming one port in their annotation are still an error.
+    let annotated = |ns: &str, ip: &str| {
+        pod(ns, "web", "", "n", &[ip], "").replace(
+            "labels: {}}",
+            "labels: {}, annotations: {ferrule.io/port: shared}}",
+        )
+    };
+    let mut text = annotated("x", "10.0.0.1");
+    text += &annotated("y", "10.0.0.2");
     text += "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: d, namespace: x}\nspec: {podSelector: {}}\n---\n";
     text += "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: d, namespace: y}\nspec: {podSelector: {}}\n";
     let e = Engine::new(state(&text), Local::All)

@@ -132,12 +132,13 @@ fn real_traffic_gets_the_verdict_policy_verdict_gives() {
     let server = write(files.path(), "server.py", SERVER);
     let client = write(files.path(), "client.py", CLIENT);
 
-    // Render and apply: pod-b (port pod-b via the annotation) and pod-a get tables.
+    // Render and apply: pod-b (port pod-b via the annotation) and pod-a (the port that
+    // records default/pod-a) get tables.
     let o = d.ctl(&["policy", "render", "--state", &state]);
     assert!(o.status.success(), "{}", text(&o));
     let rendered = text(&o);
     assert!(
-        rendered.contains("port: pod-a") && rendered.contains("port: pod-b"),
+        rendered.contains("pod: default/pod-a") && rendered.contains("port: pod-b"),
         "{rendered}"
     );
     let o = d.ctl(&["policy", "apply", "--state", &state]);
