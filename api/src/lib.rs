@@ -159,6 +159,10 @@ pub struct PortInfo {
     pub vhost_user: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vhost_mode: Option<String>,
+    /// Pod ports: the prefixes the pod may send from besides its own addresses
+    /// (`allowed_addresses`), as `ADDR/LEN`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_addresses: Vec<String>,
     pub counters: PortCounters,
 }
 
@@ -279,6 +283,10 @@ pub struct PortAdd {
     /// Default 1500.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mtu: Option<u16>,
+    /// Pod ports: prefixes (`ADDR/LEN`, host bits clear, or a bare address) the pod may
+    /// also send from besides `ips`; port security drops every other source.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_addresses: Vec<String>,
 }
 
 /// Params of `port.del`.

@@ -490,6 +490,7 @@ mod tests {
             gateway_mac: None,
             vhost_user: None,
             vhost_mode: None,
+            allowed_addresses: Vec::new(),
             counters: PortCounters {
                 rx_packets: 1_000_000 * u64::from(id + 1),
                 rx_bytes: 64_000_000,

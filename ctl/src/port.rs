@@ -25,7 +25,9 @@ existing file. Raw --devargs are refused unless [control] allow_raw_devargs is s
 The new port's receive queues go to the least busy workers, its addresses become routes
 (a pod's IPs host routes to it), and it shows in `ferrulectl ports` with its link
 state (up while the pod is connected), the pod, and the gateway address and MAC the pod
-talks to. Traffic towards a pod that is not connected is dropped as port-down.
+talks to. Traffic towards a pod that is not connected is dropped as port-down. A pod
+port accepts only what the pod sends as itself, from its MAC and its addresses (and any
+--allowed-address prefixes): port security, see `ferrulectl port add --help`.
 Detaching a port takes it out of the workers' hands first, then unplugs it; every
 buffer it held returns to the pool, its routes go, other ports are untouched.";
 
@@ -46,6 +48,15 @@ answers ARP and neighbour discovery for. --ip gives the pod's addresses (host ro
 the port); for --role uplink or host, --ip gives Ferrule's own addresses with their
 subnets and --mac Ferrule's MAC on the port.
 
+Port security: a pod port forwards, answers and tracks only what the pod sends as
+itself: from its MAC (--mac) and its addresses (--ip; for IPv6 also link-local
+addresses, to the link only), ARP and neighbour discovery about them included.
+Everything else is dropped and counted (spoofed-src-mac, spoofed-src-ip, spoofed-arp,
+spoofed-nd in `ferrulectl stats`). A pod that legitimately sends from more addresses
+(a VM behind vhost-user, a router pod) gets them with --allowed-address, once per
+prefix (at most 64); --allowed-address 0.0.0.0/0 --allowed-address ::/0 lets it send
+from any address (its MAC is still checked).
+
 Examples:
   ferrulectl port add pod-c --vhost-user /run/ferrule/vhost/pod-c.sock \\
       --ip 10.1.0.4 --ip fd00:1::4 --mac 02:00:00:0a:01:04 --pod default/web-1
@@ -55,7 +66,9 @@ Examples:
   ferrulectl port add up1 --af-xdp ens5 --start-queue 0 --queues 2 --role uplink \\
       --ip 192.0.2.20/24
   ferrulectl port add vm1 --memif /run/ferrule/memif/vm1.sock --mode client \\
-      --ip 10.1.0.7 --mac 02:00:00:0a:01:07",
+      --ip 10.1.0.7 --mac 02:00:00:0a:01:07
+  ferrulectl port add vm-2 --vhost-user /run/ferrule/vhost/vm-2.sock --ip 10.1.0.8 \\
+      --mac 02:00:00:0a:01:08 --allowed-address 10.8.0.0/24 --allowed-address fd00:8::/64",
         group(ArgGroup::new("device").required(true).args([
             "vhost_user", "af_packet", "af_xdp", "tap", "memif", "null", "rx_pcap", "devargs"
         ]))
@@ -152,6 +165,12 @@ pub struct PortAddArgs {
     /// MTU [default: 1500].
     #[arg(long, value_name = "BYTES")]
     pub mtu: Option<u16>,
+    /// Pod ports: a prefix the pod may also send from besides its --ip addresses
+    /// (ADDR/LEN with the host bits clear, or ADDR); repeat for more, at most 64.
+    /// Port security drops packets from any other source; 0.0.0.0/0 and ::/0 allow
+    /// every address.
+    #[arg(long = "allowed-address", value_name = "CIDR")]
+    pub allowed_address: Vec<String>,
 }
 
 /// Arguments of `ferrulectl port del`.
@@ -230,6 +249,7 @@ pub fn request(a: &PortAddArgs) -> Result<PortAdd, CtlError> {
         mac: a.mac.clone(),
         pod: a.pod.clone(),
         mtu: a.mtu,
+        allowed_addresses: a.allowed_address.clone(),
     })
 }
 
@@ -286,7 +306,12 @@ pub fn render_ports(list: &PortsList) -> String {
     let pods: Vec<&ferrule_api::PortInfo> = list
         .ports
         .iter()
-        .filter(|p| p.pod.is_some() || p.vhost_user.is_some() || p.gateway_ip.is_some())
+        .filter(|p| {
+            p.pod.is_some()
+                || p.vhost_user.is_some()
+                || p.gateway_ip.is_some()
+                || !p.allowed_addresses.is_empty()
+        })
         .collect();
     if !pods.is_empty() {
         let mut t = Table::new([
@@ -296,9 +321,15 @@ pub fn render_ports(list: &PortsList) -> String {
             "GATEWAY-MAC",
             "VHOST-USER",
             "MODE",
+            "ALLOWED",
         ]);
         for p in pods {
             let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".to_string());
+            let allowed = if p.allowed_addresses.is_empty() {
+                "-".to_string()
+            } else {
+                p.allowed_addresses.join(",")
+            };
             t.row([
                 p.name.clone(),
                 dash(&p.pod),
@@ -306,6 +337,7 @@ pub fn render_ports(list: &PortsList) -> String {
                 dash(&p.gateway_mac),
                 dash(&p.vhost_user),
                 dash(&p.vhost_mode),
+                allowed,
             ]);
         }
         out.push('\n');
@@ -379,6 +411,26 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(r.role, Some(PortRole::Uplink));
+        assert!(r.allowed_addresses.is_empty());
+        let r = add(&[
+            "vm-1",
+            "--vhost-user",
+            "/run/vm.sock",
+            "--ip",
+            "10.1.0.7",
+            "--mac",
+            "02:00:00:0a:01:07",
+            "--allowed-address",
+            "10.8.0.0/24",
+            "--allowed-address",
+            "fd00:8::/64",
+        ])
+        .unwrap();
+        assert_eq!(r.allowed_addresses, ["10.8.0.0/24", "fd00:8::/64"]);
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["allowed_addresses"][1], "fd00:8::/64");
+        let plain = serde_json::to_value(add(&["x", "--devargs", "net_tap0"]).unwrap()).unwrap();
+        assert!(plain.get("allowed_addresses").is_none(), "{plain}");
         assert!(add(&["x"]).is_err(), "a device is required");
         assert!(add(&["x", "--vhost-user", "/a", "--devargs", "net_tap0"]).is_err());
         let r = add(&[

@@ -231,6 +231,9 @@ pub struct PortConfig {
     pub addresses: Vec<IpCidr>,
     /// Pod ports: the Kubernetes pod behind the port, `namespace/name`.
     pub pod: Option<String>,
+    /// Pod ports: prefixes the pod may also send from, besides its `pod_ips` (a VM
+    /// behind vhost-user, a router pod); everything else is dropped by port security.
+    pub allowed_addresses: Vec<IpCidr>,
 }
 
 /// Whether `text` names a pod as `namespace/name` (DNS-1123 labels).
@@ -261,6 +264,24 @@ pub fn parse_cidr(s: &str) -> Result<IpCidr, String> {
     };
     IpCidr::new(addr, len).map_err(|_| format!("{l:?} is not a prefix length 0..={max}"))
 }
+
+/// Parses one of a pod port's `allowed_addresses`: `ADDR/LEN` with the host bits clear,
+/// or a bare address (/32, /128).
+pub fn parse_allowed_address(s: &str) -> Result<IpCidr, String> {
+    let prefix = parse_cidr(s)?;
+    if prefix.network() != prefix.address() {
+        return Err(format!(
+            "{prefix} has host bits set (the prefix is {}/{})",
+            prefix.network(),
+            prefix.prefix_len()
+        ));
+    }
+    Ok(prefix)
+}
+
+/// Most `allowed_addresses` a pod port may have (each is compared in turn with the
+/// source of the pod's packets that are not from its own addresses).
+pub const MAX_ALLOWED_ADDRESSES: usize = ferrule_dataplane::snapshot::PodSources::MAX_ALLOWED;
 
 /// Name of the cluster default network, which always exists.
 pub const DEFAULT_NETWORK: &str = "default";
@@ -699,6 +720,8 @@ struct RawPort {
     addresses: Option<Spanned<Vec<String>>>,
     #[serde(default)]
     pod: Option<Spanned<String>>,
+    #[serde(default)]
+    allowed_addresses: Option<Spanned<Vec<String>>>,
 }
 
 fn default_mtu() -> Spanned<u16> {
@@ -921,6 +944,7 @@ impl RawConfig {
             let rxq = ctx.in_range(&p.rx_queues, &key("rx_queues"), 1..=16)?;
             let network = net_index(&p.network, &key("network"))?;
             let (pod_ips, pod_mac, addresses) = validate_port_addressing(p, i, ctx)?;
+            let allowed_addresses = validate_allowed_addresses(p, i, pod_mac.is_some(), ctx)?;
             ports.push(PortConfig {
                 name: name.clone(),
                 devargs: devargs.to_string(),
@@ -934,6 +958,7 @@ impl RawConfig {
                 pod_mac,
                 addresses,
                 pod,
+                allowed_addresses,
             });
         }
         for (i, p) in self.port.iter().enumerate() {
@@ -1346,6 +1371,41 @@ fn validate_port_addressing(
         }
     }
     Ok((pod_ips, pod_mac, addresses))
+}
+
+/// A pod port's `allowed_addresses`: prefixes with their host bits clear, at most
+/// [`MAX_ALLOWED_ADDRESSES`], on a pod port that has a `pod_mac`.
+fn validate_allowed_addresses(
+    p: &RawPort,
+    i: usize,
+    has_pod_mac: bool,
+    ctx: &Ctx,
+) -> Result<Vec<IpCidr>, ConfigError> {
+    let key = format!("port[{i}].allowed_addresses");
+    let Some(list) = &p.allowed_addresses else {
+        return Ok(Vec::new());
+    };
+    if p.role != PortRole::Pod {
+        return Err(ctx.err(list.span(), &key, "only pod ports have allowed_addresses"));
+    }
+    if !list.get_ref().is_empty() && !has_pod_mac {
+        return Err(ctx.err(
+            list.span(),
+            &key,
+            "a pod port with allowed_addresses needs pod_mac (the pod interface's MAC)",
+        ));
+    }
+    if list.get_ref().len() > MAX_ALLOWED_ADDRESSES {
+        return Err(ctx.err(
+            list.span(),
+            &key,
+            format!("at most {MAX_ALLOWED_ADDRESSES} prefixes (aggregate them)"),
+        ));
+    }
+    list.get_ref()
+        .iter()
+        .map(|a| parse_allowed_address(a).map_err(|e| ctx.err(list.span(), &key, e)))
+        .collect()
 }
 
 impl RawEal {
@@ -1852,6 +1912,66 @@ port = "up"
         );
         assert_eq!(c.routes[1].target, RouteTarget::Blackhole);
         assert_eq!(c.neighbors[0].port, 1);
+    }
+
+    #[test]
+    fn allowed_addresses_parse_and_mistakes_are_named() {
+        let with = |list: &str| {
+            ROUTED.replacen(
+                "pod_mac = \"02:00:00:00:01:02\"\n",
+                &format!("pod_mac = \"02:00:00:00:01:02\"\nallowed_addresses = {list}\n"),
+                1,
+            )
+        };
+        let c = parse(&with(r#"["10.9.0.0/16", "fd00:9::/64", "192.0.2.77"]"#)).expect("valid");
+        let allowed: Vec<String> = c.ports[0]
+            .allowed_addresses
+            .iter()
+            .map(|a| a.to_string())
+            .collect();
+        assert_eq!(allowed, ["10.9.0.0/16", "fd00:9::/64", "192.0.2.77/32"]);
+        assert!(c.ports[1].allowed_addresses.is_empty());
+        let too_many = format!(
+            "[{}]",
+            (0..=MAX_ALLOWED_ADDRESSES)
+                .map(|n| format!("\"10.9.{n}.0/24\""))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let cases = [
+            (with(r#"["10.9.0.1/16"]"#), "host bits"),
+            (with(r#"["10.9.0.0/33"]"#), "prefix length"),
+            (with(r#"["pod-b"]"#), "not an IP address"),
+            (with(&too_many), "at most 64"),
+            (
+                ROUTED.replacen(
+                    "addresses = [\"192.0.2.10/24\"]",
+                    "addresses = [\"192.0.2.10/24\"]\nallowed_addresses = [\"10.0.0.0/8\"]",
+                    1,
+                ),
+                "only pod ports",
+            ),
+            (
+                ROUTED.replacen(
+                    "network = \"blue\"\n",
+                    "network = \"blue\"\nallowed_addresses = [\"10.0.0.0/8\"]\n",
+                    1,
+                ),
+                "needs pod_mac",
+            ),
+        ];
+        for (text, words) in cases {
+            let e = parse(&text).expect_err(words);
+            assert!(
+                e.key
+                    .as_deref()
+                    .unwrap_or("")
+                    .ends_with(".allowed_addresses"),
+                "{words}: {e}"
+            );
+            assert!(e.message.contains(words), "{words}: {e}");
+            assert!(e.line.is_some(), "{words}: {e}");
+        }
     }
 
     #[test]

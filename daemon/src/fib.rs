@@ -7,7 +7,9 @@ use crate::config::{Config, IpCidr, PortConfig, RouteTarget};
 use ferrule_dataplane::acl::table::AclTables;
 use ferrule_dataplane::lpm::{Lpm4, Lpm6, NextHop};
 use ferrule_dataplane::nat::SnatPolicy;
-use ferrule_dataplane::snapshot::{Neighbor, Network, NextHopEntry, PortRole, PortState, Snapshot};
+use ferrule_dataplane::snapshot::{
+    Neighbor, Network, NextHopEntry, PodSources, PortRole, PortState, Snapshot,
+};
 use ferrule_dataplane::wire::EthernetAddress;
 use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, HashMap};
@@ -228,7 +230,8 @@ impl Fib {
     }
 
     /// The forwarding view of a port: Ferrule's own addresses on it (the network's
-    /// gateway on pod ports, plus the configured ones), its MAC and MTU.
+    /// gateway on pod ports, plus the configured ones), its MAC and MTU, and on a pod
+    /// port the sources its pod may send from (pod IPs, `allowed_addresses`).
     fn port_state(
         &self,
         p: &PortConfig,
@@ -260,6 +263,14 @@ impl Fib {
             local_v4,
             local_v6,
             xconnect,
+            pod_sources: match role {
+                PortRole::Pod => PodSources::new(
+                    p.pod_mac.map(EthernetAddress),
+                    &p.pod_ips,
+                    &p.allowed_addresses,
+                ),
+                _ => PodSources::default(),
+            },
         }
     }
 
@@ -376,6 +387,7 @@ impl Fib {
             local_v4: Vec::new(),
             local_v6: Vec::new(),
             xconnect: None,
+            pod_sources: PodSources::default(),
         };
         self.ports[usize::from(index)] = placeholder;
         if let Some(pod) = self.pods.get_mut(usize::from(index)) {

@@ -86,6 +86,16 @@ drop_reasons! {
     SnatPortsExhausted => "snat-ports-exhausted", "no free SNAT port";
     /// The queue to the worker that owns the packet's connection was full.
     HandoffFull => "handoff-full", "queue to the owning worker full";
+    /// Received on a pod port from a source MAC that is not the pod's (`pod_mac`).
+    SpoofedSrcMac => "spoofed-src-mac", "source MAC is not the pod's";
+    /// Received on a pod port from a source IP that is not one of the pod's addresses
+    /// (its pod IPs, `allowed_addresses`, link-local for on-link IPv6).
+    SpoofedSrcIp => "spoofed-src-ip", "source IP is not the pod's";
+    /// ARP from a pod whose sender MAC or IP is not the pod's.
+    SpoofedArp => "spoofed-arp", "ARP sender is not the pod";
+    /// A neighbour solicitation or advertisement from a pod whose link-layer address
+    /// option or advertised target is not the pod's.
+    SpoofedNd => "spoofed-nd", "ND for an address or MAC not the pod's";
 }
 
 impl DropReason {

@@ -6,7 +6,7 @@
 use crate::acl::table::AclTables;
 use crate::lpm::{Lpm4, Lpm6, NextHop};
 use crate::nat::SnatPolicy;
-use crate::wire::EthernetAddress;
+use crate::wire::{EthernetAddress, IpCidr};
 use rustc_hash::FxHashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
@@ -58,7 +58,8 @@ pub struct PortState {
     /// everything sent out of it.
     pub mac: EthernetAddress,
     pub mtu: u16,
-    /// Pod ports: the pod interface's MAC (destination of frames to the pod).
+    /// Pod ports: the pod interface's MAC (destination of frames to the pod; the only
+    /// source MAC port security accepts, through its copy in `pod_sources`).
     pub pod_mac: Option<EthernetAddress>,
     /// Addresses Ferrule owns on this port: it answers ARP and ICMP echo for them
     /// (the network's gateway on pod ports, the node IPs on uplinks).
@@ -67,6 +68,9 @@ pub struct PortState {
     pub local_v6: Vec<Ipv6Addr>,
     /// Cross-connect peer: packets skip the pipeline and go straight there.
     pub xconnect: Option<u16>,
+    /// Pod ports: the MAC and the source addresses the pod may send from (`pod_mac`, its
+    /// pod IPs and `allowed_addresses`), as port security checks them. Nothing elsewhere.
+    pub pod_sources: PodSources,
 }
 
 impl PortState {
@@ -76,6 +80,136 @@ impl PortState {
 
     pub fn owns_v6(&self, a: Ipv6Addr) -> bool {
         self.local_v6.contains(&a)
+    }
+}
+
+/// What a pod may send from, as the port-security check
+/// ([`pipeline::port_security`](crate::pipeline::port_security)) compares it: its MAC
+/// (a copy of [`PortState::pod_mac`]) and its source prefixes — the pod's own addresses
+/// first (host prefixes), then its `allowed_addresses` — each as a (network, mask) pair
+/// in host order. Laid out for the fast path: the MAC as one number, the first IPv4
+/// and IPv6 prefix (usually the pod's address) inline, the rest in a list scanned in
+/// order (kept short: the configuration and `port.add` take at most
+/// [`PodSources::MAX_ALLOWED`] allowed prefixes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodSources {
+    /// The pod's MAC, its six bytes in a little-endian number (as
+    /// [`PodSources::mac_of`] reads them from a frame); [`PodSources::NO_MAC`] when the
+    /// port has no `pod_mac`.
+    pub mac: u64,
+    v4_first: (u32, u32),
+    v4_rest: Vec<(u32, u32)>,
+    v6_first: (u128, u128),
+    v6_rest: Vec<(u128, u128)>,
+}
+
+/// A (network, mask) pair no address matches.
+const NOTHING4: (u32, u32) = (1, 0);
+const NOTHING6: (u128, u128) = (1, 0);
+
+impl Default for PodSources {
+    /// No MAC and no address: nothing is accepted.
+    fn default() -> Self {
+        PodSources {
+            mac: Self::NO_MAC,
+            v4_first: NOTHING4,
+            v4_rest: Vec::new(),
+            v6_first: NOTHING6,
+            v6_rest: Vec::new(),
+        }
+    }
+}
+
+impl PodSources {
+    /// Most `allowed_addresses` one port may have.
+    pub const MAX_ALLOWED: usize = 64;
+
+    /// [`PodSources::mac`] of a port without `pod_mac`: no frame's MAC reads as it.
+    pub const NO_MAC: u64 = u64::MAX;
+
+    /// A pod with MAC `pod_mac`, addresses `pod_ips`, and the prefixes it may also send
+    /// from.
+    pub fn new(
+        pod_mac: Option<EthernetAddress>,
+        pod_ips: &[IpAddr],
+        allowed: &[IpCidr],
+    ) -> PodSources {
+        let (mut v4, mut v6) = (Vec::new(), Vec::new());
+        let prefixes = pod_ips
+            .iter()
+            .map(|&a| IpCidr::host(a))
+            .chain(allowed.iter().copied());
+        for c in prefixes {
+            match (c.network(), c.prefix_len()) {
+                (IpAddr::V4(a), len) => {
+                    let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
+                    let entry = (u32::from(a) & mask, mask);
+                    if !v4.contains(&entry) {
+                        v4.push(entry);
+                    }
+                }
+                (IpAddr::V6(a), len) => {
+                    let mask = u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0);
+                    let entry = (u128::from(a) & mask, mask);
+                    if !v6.contains(&entry) {
+                        v6.push(entry);
+                    }
+                }
+            }
+        }
+        fn split<T>(mut list: Vec<T>, nothing: T) -> (T, Vec<T>) {
+            if list.is_empty() {
+                (nothing, list)
+            } else {
+                let first = list.remove(0);
+                (first, list)
+            }
+        }
+        let (v4_first, v4_rest) = split(v4, NOTHING4);
+        let (v6_first, v6_rest) = split(v6, NOTHING6);
+        PodSources {
+            mac: pod_mac.map_or(Self::NO_MAC, Self::mac_number),
+            v4_first,
+            v4_rest,
+            v6_first,
+            v6_rest,
+        }
+    }
+
+    /// A MAC as [`PodSources::mac`] holds it.
+    #[inline]
+    pub fn mac_number(m: EthernetAddress) -> u64 {
+        let mut b = [0u8; 8];
+        b[..6].copy_from_slice(&m.0);
+        u64::from_le_bytes(b)
+    }
+
+    /// Whether `m` is the pod's MAC.
+    #[inline]
+    pub fn is_mac(&self, m: EthernetAddress) -> bool {
+        Self::mac_number(m) == self.mac
+    }
+
+    /// The source MAC of an Ethernet frame (at least 14 bytes), as [`PodSources::mac`]
+    /// holds the pod's; `None` for a shorter frame.
+    #[inline(always)]
+    pub fn mac_of(frame: &[u8]) -> Option<u64> {
+        let b: [u8; 8] = frame.get(6..14)?.try_into().ok()?;
+        Some(u64::from_le_bytes(b) & 0xffff_ffff_ffff)
+    }
+
+    /// Whether the pod may send from IPv4 address `a` (host order).
+    #[inline(always)]
+    pub fn allows_v4(&self, a: u32) -> bool {
+        let (net, mask) = self.v4_first;
+        a & mask == net || self.v4_rest.iter().any(|&(net, mask)| a & mask == net)
+    }
+
+    /// Whether the pod may send from IPv6 address `a`.
+    #[inline(always)]
+    pub fn allows_v6(&self, a: u128) -> bool {
+        let (net, mask) = self.v6_first;
+        a & mask == net || self.v6_rest.iter().any(|&(net, mask)| a & mask == net)
     }
 }
 

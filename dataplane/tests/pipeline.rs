@@ -8,12 +8,12 @@ use common::*;
 use etherparse::{Icmpv4Type, Icmpv6Type, NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
 use ferrule_dataplane::acl::table::AclTables;
 use ferrule_dataplane::acl::{Action as AclAction, Proto};
-use ferrule_dataplane::counters::{DropReason, MAX_PORTS};
+use ferrule_dataplane::counters::{DropReason, WorkerCounters, MAX_PORTS};
 use ferrule_dataplane::pipeline::{
     self, icmp_error, Action, IcmpErrorKind, NoTrace, Punt, Recorder,
 };
-use ferrule_dataplane::snapshot::Snapshot;
-use ferrule_dataplane::wire::EthernetAddress;
+use ferrule_dataplane::snapshot::{PodSources, Snapshot};
+use ferrule_dataplane::wire::{EthernetAddress, IpCidr};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
@@ -522,12 +522,21 @@ fn trace_records_every_stage() {
     let names: Vec<&str> = rec.stages.iter().map(|(s, _)| s.name()).collect();
     assert_eq!(
         names,
-        ["parse", "l2", "ttl", "route", "mtu", "neighbor", "rewrite"]
+        [
+            "parse",
+            "l2",
+            "port-security",
+            "ttl",
+            "route",
+            "mtu",
+            "neighbor",
+            "rewrite"
+        ]
     );
     assert!(
-        rec.stages[3].1.contains("via 192.0.2.1"),
+        rec.stages[4].1.contains("via 192.0.2.1"),
         "{:?}",
-        rec.stages[3]
+        rec.stages[4]
     );
 }
 
@@ -565,6 +574,11 @@ fn burst_equals_packet_by_packet(snap: &Snapshot) {
         frames.push(udp4(POD_A, GW_MAC_A, [10, 1, 0, 2], dst, ttl, len));
         if i % 17 == 0 {
             frames.push(arp_request(POD_A, [10, 1, 0, 2], GW4.octets()));
+        }
+        if i % 23 == 0 {
+            // Spoofed: another source address, another source MAC.
+            frames.push(udp4(POD_A, GW_MAC_A, [198, 51, 100, 2], dst, 64, len));
+            frames.push(udp4(POD_B, GW_MAC_A, [10, 1, 0, 2], dst, 64, len));
         }
         if i % 19 == 0 {
             let mut f = Vec::new();
@@ -634,6 +648,190 @@ fn burst_equals_packet_by_packet(snap: &Snapshot) {
     assert!(expected
         .iter()
         .any(|a| matches!(a, Action::Drop(DropReason::Blackhole))));
+    assert!(expected
+        .iter()
+        .any(|a| matches!(a, Action::Drop(DropReason::SpoofedSrcIp))));
+    assert!(expected
+        .iter()
+        .any(|a| matches!(a, Action::Drop(DropReason::SpoofedSrcMac))));
+}
+
+/// Counts a burst's verdicts the way the worker counts them: drops by reason.
+fn count(actions: &[Action]) -> WorkerCounters {
+    let c = WorkerCounters::default();
+    for a in actions {
+        match *a {
+            Action::Drop(reason) | Action::IcmpError { reason, .. } => c.drop_packets(reason, 0, 1),
+            Action::Forward { .. } | Action::Reply => c.tx_packets.add(1),
+            Action::Punt(_) => c.punts.add(1),
+            Action::Handoff { .. } => c.handoffs.add(1),
+        }
+    }
+    c
+}
+
+/// Runs `frames` as one burst received on `port`.
+fn burst(snap: &Snapshot, port: u16, frames: &mut [Vec<u8>]) -> Vec<Action> {
+    let mut actions = vec![Action::Drop(DropReason::Malformed); frames.len()];
+    let mut scratch = pipeline::Scratch::default();
+    pipeline::process_burst(
+        snap,
+        port,
+        frames,
+        &mut actions,
+        &mut scratch,
+        None,
+        &mut NoTrace,
+    );
+    actions
+}
+
+/// A neighbour solicitation (135) or advertisement (136) from pod-a's MAC, hop limit
+/// 255, for `target`, with a link-layer address option carrying `lla`.
+fn nd_from_a(msg: u8, src: &str, dst: &str, target: &str, lla: Option<[u8; 6]>) -> Vec<u8> {
+    let mut body = v6(target).octets().to_vec();
+    if let Some(mac) = lla {
+        body.extend_from_slice(&[if msg == 136 { 2 } else { 1 }, 1]);
+        body.extend_from_slice(&mac);
+    }
+    let dst = v6(dst);
+    let dst_mac = if dst.is_multicast() {
+        let o = dst.octets();
+        [0x33, 0x33, o[12], o[13], o[14], o[15]]
+    } else {
+        GW_MAC_A
+    };
+    let mut f = Vec::new();
+    PacketBuilder::ethernet2(POD_A, dst_mac)
+        .ipv6(v6(src).octets(), dst.octets(), 255)
+        .icmpv6(Icmpv6Type::Unknown {
+            type_u8: msg,
+            code_u8: 0,
+            bytes5to8: if msg == 136 { [0x60, 0, 0, 0] } else { [0; 4] },
+        })
+        .write(&mut f, &body)
+        .expect("build");
+    f
+}
+
+#[test]
+fn a_pod_sends_only_as_itself() {
+    let snap = snapshot();
+    // The finding of issue 18: a pod sending from 32 addresses 198.51.x.2, among its
+    // own packets, to a remote address through the uplink.
+    let mut frames: Vec<Vec<u8>> = Vec::new();
+    for x in 0..32u8 {
+        frames.push(udp4(POD_A, GW_MAC_A, [198, 51, x, 2], [8, 8, 8, 8], 64, 10));
+        frames.push(udp4(POD_A, GW_MAC_A, [10, 1, 0, 2], [8, 8, 8, 8], 64, 10));
+    }
+    // Pod B's address from pod A's port, pod A's address with pod B's MAC.
+    frames.push(udp4(POD_A, GW_MAC_A, [10, 1, 0, 3], [10, 1, 0, 2], 64, 10));
+    frames.push(udp4(POD_B, GW_MAC_A, [10, 1, 0, 2], [10, 1, 0, 3], 64, 10));
+    // ARP for the gateway: as itself (answered) and as pod B (dropped).
+    frames.push(arp_request(POD_A, [10, 1, 0, 2], GW4.octets()));
+    frames.push(arp_request(POD_A, [10, 1, 0, 3], GW4.octets()));
+    // IPv6: its own address, another pod's, and a link-local source going off-link.
+    let udp6 = |src: &str, dst: &str| {
+        let mut f = Vec::new();
+        PacketBuilder::ethernet2(POD_A, GW_MAC_A)
+            .ipv6(v6(src).octets(), v6(dst).octets(), 64)
+            .udp(1, 2)
+            .write(&mut f, &[7; 8])
+            .expect("build");
+        f
+    };
+    frames.push(udp6("fd00:1::2", "fd00:1::3"));
+    frames.push(udp6("fd00:1::3", "fd00:1::2"));
+    frames.push(udp6("fe80::2", "fd00:1::3"));
+    // Neighbour discovery: a solicitation for the gateway (answered), an advertisement
+    // of pod B's address (dropped), duplicate address detection (not Ferrule's to
+    // answer: arp-ignored, not spoofed).
+    let group = pipeline::local::solicited_node(&GW6).to_string();
+    frames.push(nd_from_a(135, "fe80::2", &group, "fe80::1", Some(POD_A)));
+    frames.push(nd_from_a(
+        136,
+        "fe80::2",
+        "ff02::1",
+        "fd00:1::3",
+        Some(POD_A),
+    ));
+    frames.push(nd_from_a(135, "::", "ff02::1:ff00:2", "fd00:1::2", None));
+    let actions = burst(&snap, 0, &mut frames);
+    let c = count(&actions);
+    let drops = |r: DropReason| c.drops[r as usize].get();
+    assert_eq!(drops(DropReason::SpoofedSrcIp), 32 + 1 + 2, "{actions:?}");
+    assert_eq!(drops(DropReason::SpoofedSrcMac), 1);
+    assert_eq!(drops(DropReason::SpoofedArp), 1);
+    assert_eq!(drops(DropReason::SpoofedNd), 1);
+    assert_eq!(
+        drops(DropReason::ArpIgnored),
+        1,
+        "duplicate address detection: not about Ferrule's address, not spoofed"
+    );
+    assert_eq!(c.total_drops(), 32 + 3 + 1 + 1 + 1 + 1);
+    // Only the pod's own packets go on: 32 to the uplink, its IPv6 to pod B, and the
+    // two answers.
+    for (i, a) in actions.iter().enumerate().take(64) {
+        let want = if i % 2 == 1 {
+            Action::Forward { port: 2 }
+        } else {
+            Action::Drop(DropReason::SpoofedSrcIp)
+        };
+        assert_eq!(*a, want, "frame {i}");
+    }
+    assert_eq!(actions[66], Action::Reply, "ARP for the gateway");
+    assert_eq!(actions[68], Action::Forward { port: 1 }, "IPv6 to pod B");
+    assert_eq!(actions[71], Action::Reply, "NS for the gateway");
+    assert_eq!(c.tx_packets.get(), 32 + 3);
+}
+
+#[test]
+fn the_uplink_and_pods_with_allowed_addresses_take_other_sources() {
+    let mut snap = snapshot();
+    // The uplink forwards whatever the router sends, from any source.
+    let mut f = udp4(ROUTER, UPLINK_MAC, [198, 51, 7, 2], [10, 1, 0, 2], 64, 10);
+    assert_eq!(run(&snap, 2, &mut f), Action::Forward { port: 0 });
+    // A pod allowed 198.51.0.0/16 (a router pod) sends from it.
+    let ips = [IpAddr::V4(Ipv4Addr::new(10, 1, 0, 2))];
+    let allowed = [IpCidr::new(IpAddr::V4(Ipv4Addr::new(198, 51, 0, 0)), 16).expect("prefix")];
+    snap.ports[0].pod_sources = PodSources::new(Some(EthernetAddress(POD_A)), &ips, &allowed);
+    let mut f = udp4(POD_A, GW_MAC_A, [198, 51, 7, 2], [8, 8, 8, 8], 64, 10);
+    assert_eq!(run(&snap, 0, &mut f), Action::Forward { port: 2 });
+    let mut f = udp4(POD_A, GW_MAC_A, [198, 52, 7, 2], [8, 8, 8, 8], 64, 10);
+    assert_eq!(
+        run(&snap, 0, &mut f),
+        Action::Drop(DropReason::SpoofedSrcIp)
+    );
+    // Its IPv6 now is link-local only: fd00:1::2 was not listed.
+    let mut f = Vec::new();
+    PacketBuilder::ethernet2(POD_A, GW_MAC_A)
+        .ipv6(v6("fd00:1::2").octets(), v6("fd00:1::3").octets(), 64)
+        .udp(1, 2)
+        .write(&mut f, &[7; 8])
+        .expect("build");
+    assert_eq!(
+        run(&snap, 0, &mut f),
+        Action::Drop(DropReason::SpoofedSrcIp)
+    );
+}
+
+#[test]
+fn trace_shows_the_spoofed_drop() {
+    let snap = snapshot();
+    let mut f = udp4(POD_A, GW_MAC_A, [198, 51, 0, 2], [8, 8, 8, 8], 64, 10);
+    let mut rec = Recorder::default();
+    let a = pipeline::process(&snap, 0, &mut f, &mut rec);
+    assert_eq!(a, Action::Drop(DropReason::SpoofedSrcIp));
+    let lines: Vec<String> = rec
+        .stages
+        .iter()
+        .map(|(s, d)| format!("{} {d}", s.name()))
+        .collect();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert_eq!(
+        lines[2],
+        "port-security source 198.51.0.2 is not an address of pod-a (pod IPs, allowed addresses)"
+    );
 }
 
 #[test]
@@ -704,8 +902,7 @@ fn neighbor_solicitations_are_checked() {
         f
     };
     let mut f = ns(true);
-    let last = f.len() - 1;
-    f[last] ^= 1; // breaks the checksum
+    f[14 + 40 + 2] ^= 1; // breaks the checksum
     assert_eq!(run(&snap, 0, &mut f), Action::Drop(DropReason::Malformed));
     let mut f = ns(true);
     f[14 + 7] = 64; // hop limit other than 255: not from on-link

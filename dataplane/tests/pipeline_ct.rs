@@ -823,6 +823,42 @@ fn connection_limits_are_node_wide() {
 }
 
 #[test]
+fn spoofed_sources_are_neither_tracked_nor_masqueraded() {
+    // Issue 18: a pod sending from 32 addresses 198.51.x.2 had all 32 masqueraded.
+    let snap = snat_snapshot(vec![(61000, 61999)]);
+    let mut ct = conntrack(0, 1);
+    let mut frames: Vec<Vec<u8>> = (0..32u8)
+        .map(|x| {
+            tcp(
+                (POD_A, GW_MAC_A),
+                [198, 51, x, 2],
+                REMOTE,
+                40000,
+                443,
+                1000,
+                Tcp::Syn,
+                &[],
+            )
+        })
+        .collect();
+    frames.push(from_a(REMOTE, 40000, 443, 1000, Tcp::Syn, &[]));
+    let actions = run_burst(&snap, &mut ct, 0, &mut frames);
+    assert!(
+        actions[..32]
+            .iter()
+            .all(|a| *a == Action::Drop(DropReason::SpoofedSrcIp)),
+        "{actions:?}"
+    );
+    assert_eq!(actions[32], Action::Forward { port: 2 });
+    assert_eq!(ct.table.len(), 1, "only the pod's own connection");
+    let (src, _, _, _, ok) = decode(&frames[32]);
+    assert_eq!((src, ok), (NODE, true), "the pod's own SYN is masqueraded");
+    for f in &frames[..32] {
+        assert_eq!(&f[26..28], &[198, 51], "a dropped frame is left as it came");
+    }
+}
+
+#[test]
 fn trace_shows_the_conntrack_and_nat_stages() {
     let snap = snat_snapshot(vec![(61000, 61999)]);
     let mut ct = conntrack(0, 1);
@@ -831,7 +867,10 @@ fn trace_shows_the_conntrack_and_nat_stages() {
     let action = pipeline::process_ct(&snap, 0, &mut syn, Some(&mut ct), &mut rec);
     assert_eq!(action, Action::Forward { port: 2 });
     let names: Vec<&str> = rec.stages.iter().map(|(s, _)| s.name()).collect();
-    assert!(names.starts_with(&["parse", "l2", "ct"]), "{names:?}");
+    assert!(
+        names.starts_with(&["parse", "l2", "port-security", "ct"]),
+        "{names:?}"
+    );
     let nat = rec
         .stages
         .iter()

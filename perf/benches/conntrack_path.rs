@@ -52,9 +52,11 @@ use ferrule_dataplane::lpm::{Lpm4, Lpm6};
 use ferrule_dataplane::nat::{SnatPolicy, DEFAULT_PORTS};
 use ferrule_dataplane::pipeline::ct::{self, CtMark, SnatHint};
 use ferrule_dataplane::pipeline::{self, Action, Burst, NoTrace, Parsed, Scratch};
-use ferrule_dataplane::snapshot::{Neighbor, Network, NextHopEntry, PortRole, PortState, Snapshot};
-use ferrule_dataplane::wire::Ipv4Cidr;
+use ferrule_dataplane::snapshot::{
+    Neighbor, Network, NextHopEntry, PodSources, PortRole, PortState, Snapshot,
+};
 use ferrule_dataplane::wire::{checksum, EthernetAddress};
+use ferrule_dataplane::wire::{IpCidr, Ipv4Cidr};
 use rand::prelude::*;
 use rustc_hash::FxHashMap;
 use std::cell::RefCell;
@@ -209,6 +211,7 @@ fn snapshot(ct_on: bool) -> Snapshot {
         local_v4: vec![local],
         local_v6: Vec::new(),
         xconnect: None,
+        pod_sources: PodSources::default(),
     };
     let gw4 = Ipv4Addr::new(169, 254, 1, 1);
     let mut lpm = Lpm4::new();
@@ -265,6 +268,13 @@ fn snapshot(ct_on: bool) -> Snapshot {
         acl: Default::default(),
         snat: Default::default(),
     };
+    // The pod port stands for the 250 pods (10.0.0.1-250): they send from 10.0.0.0/24
+    // (`allowed_addresses`), through port security like any pod.
+    snap.ports[usize::from(POD_PORT)].pod_sources = PodSources::new(
+        Some(EthernetAddress(POD_MAC)),
+        &[],
+        &[IpCidr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 0)), 24).expect("valid")],
+    );
     snap.resolve_gateways();
     if ct_on {
         snap.snat = Arc::new(SnatPolicy {

@@ -2,8 +2,10 @@
 //! l2, local, ttl, batched route lookup, MTU, neighbour, rewrite) over 32-packet bursts
 //! of 64-byte IPv4 UDP frames with a 1M-route table, side by side in the same run with
 //! an l3fwd-style minimal path on DPDK's `rte_lpm` (check Ethernet type and IPv4
-//! version/IHL, bulk lookup, TTL and checksum, MACs) on the same frames and routes, and
-//! Ferrule's pipeline again with a 1,000-rule ingress ACL table on the input port.
+//! version/IHL, bulk lookup, TTL and checksum, MACs) on the same frames and routes,
+//! Ferrule's pipeline again with a 1,000-rule ingress ACL table on the input port, and
+//! again with the input port a pod port whose pod sends the frames (the routed pod
+//! path: port security checks each frame's source MAC and address).
 //!
 //! `cargo bench -p ferrule-perf --bench pipeline -- --warm-up-time 1 --measurement-time 3`
 
@@ -14,7 +16,9 @@ use ferrule_dataplane::counters::MAX_PORTS;
 use ferrule_dataplane::dpdk::Eal;
 use ferrule_dataplane::lpm::{Lpm4, Lpm6};
 use ferrule_dataplane::pipeline::{self, Action, NoTrace, Scratch};
-use ferrule_dataplane::snapshot::{Neighbor, Network, NextHopEntry, PortRole, PortState, Snapshot};
+use ferrule_dataplane::snapshot::{
+    Neighbor, Network, NextHopEntry, PodSources, PortRole, PortState, Snapshot,
+};
 use ferrule_dataplane::wire::{checksum, EthernetAddress};
 use ferrule_perf::routes::{v4_addrs, v4_routes};
 use ferrule_perf::rte_lpm::{RteLpm, LOOKUP_SUCCESS};
@@ -34,6 +38,9 @@ const ARENA: usize = 8192;
 const SEED: u64 = 0x5eed_f10e;
 const IN_MAC: [u8; 6] = [2, 0xfe, 0, 0, 0, 1];
 const OUT_MAC: [u8; 6] = [2, 0xfe, 0, 0, 0, 2];
+/// The frames' source: the pod of the pod-port case.
+const SRC_MAC: [u8; 6] = [2, 0, 0, 0, 1, 2];
+const SRC_IP: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 2);
 
 fn neighbor_ip(k: u32) -> Ipv4Addr {
     Ipv4Addr::new(10, 255, 0, k as u8)
@@ -47,7 +54,7 @@ fn neighbor_mac(k: u32) -> [u8; 6] {
 fn frame(dst: u32) -> Vec<u8> {
     let mut f = vec![0u8; 64];
     f[0..6].copy_from_slice(&IN_MAC);
-    f[6..12].copy_from_slice(&[2, 0, 0, 0, 1, 2]);
+    f[6..12].copy_from_slice(&SRC_MAC);
     f[12..14].copy_from_slice(&[0x08, 0x00]);
     let ip = &mut f[14..34];
     ip.copy_from_slice(&[
@@ -95,6 +102,7 @@ fn snapshot(routes: &[(u32, u8, u32)]) -> Snapshot {
         local_v4: vec![Ipv4Addr::new(169, 254, 1, 1)],
         local_v6: Vec::new(),
         xconnect: None,
+        pod_sources: PodSources::default(),
     };
     let mut snap = Snapshot {
         generation: 1,
@@ -286,6 +294,44 @@ fn bench(c: &mut Criterion) {
             })
         })
     });
+    // The same path from a pod port (its pod's MAC and address are the frames' source):
+    // the routed pod path, with the pod port's checks.
+    let pod_snap = as_pod(&snap);
+    for chunk in frames.chunks(BURST).take(64) {
+        let mut a = chunk.to_vec();
+        pipeline::process_burst(
+            &pod_snap,
+            0,
+            a.as_mut_slice(),
+            &mut actions[..chunk.len()],
+            &mut scratch,
+            None,
+            &mut NoTrace,
+        );
+        assert!(
+            actions[..chunk.len()]
+                .iter()
+                .all(|x| *x == Action::Forward { port: 1 }),
+            "every frame from the pod is forwarded: {actions:?}"
+        );
+    }
+    g.bench_function("ferrule_pipeline_pod_burst32", |b| {
+        b.iter_custom(|iters| {
+            run(iters, &mut |burst| {
+                let mut slots = Slots(burst);
+                pipeline::process_burst(
+                    &pod_snap,
+                    0,
+                    &mut slots,
+                    &mut actions,
+                    &mut scratch,
+                    None,
+                    &mut NoTrace,
+                );
+                black_box(&actions);
+            })
+        })
+    });
     if baseline {
         g.bench_function("l3fwd_rte_lpm_burst32", |b| {
             b.iter_custom(|iters| {
@@ -296,6 +342,16 @@ fn bench(c: &mut Criterion) {
         });
     }
     g.finish();
+}
+
+/// `snap` with port 0 a pod port whose pod is the frames' source (MAC and address).
+fn as_pod(snap: &Snapshot) -> Snapshot {
+    let mut out = snap.clone();
+    let p = &mut out.ports[0];
+    p.role = PortRole::Pod;
+    p.pod_mac = Some(EthernetAddress(SRC_MAC));
+    p.pod_sources = PodSources::new(p.pod_mac, &[IpAddr::V4(SRC_IP)], &[]);
+    out
 }
 
 /// `snap` with an ingress table on port 0: `rules - 1` deny rules on random source

@@ -6,7 +6,10 @@
 
 use super::devices::{self, Created, VhostMode};
 use super::{start_port, to_value, Daemon, PortRuntime};
-use crate::config::{format_mac, parse_cidr, parse_mac, valid_pod_ref, IpCidr, PortConfig};
+use crate::config::{
+    format_mac, parse_allowed_address, parse_cidr, parse_mac, valid_pod_ref, IpCidr, PortConfig,
+    MAX_ALLOWED_ADDRESSES,
+};
 use ferrule_api::rpc::{parse_params, RpcError};
 use ferrule_api::{self as api, PortAdd, PortDel, PortInfo, PortRole};
 use ferrule_dataplane::counters::MAX_PORTS;
@@ -32,6 +35,29 @@ fn undo_device(created: Created, vhost: Option<&(PathBuf, VhostMode)>) {
         let _ = std::fs::remove_file(path);
     }
     created.undo();
+}
+
+/// Validates `port.add`'s `allowed_addresses`: pod ports only, at most
+/// [`MAX_ALLOWED_ADDRESSES`] prefixes, each `ADDR/LEN` with the host bits clear or a
+/// bare address. Errors name the entry (`allowed_addresses[i]`).
+fn allowed_addresses(role: PortRole, list: &[String]) -> Result<Vec<IpCidr>, RpcError> {
+    let field = "allowed_addresses";
+    if list.is_empty() {
+        return Ok(Vec::new());
+    }
+    if role != PortRole::Pod {
+        return Err(bad(field, "only pod ports have allowed_addresses"));
+    }
+    if list.len() > MAX_ALLOWED_ADDRESSES {
+        return Err(bad(
+            field,
+            format!("at most {MAX_ALLOWED_ADDRESSES} prefixes (aggregate them)"),
+        ));
+    }
+    list.iter()
+        .enumerate()
+        .map(|(i, text)| parse_allowed_address(text).map_err(|e| bad(&format!("{field}[{i}]"), e)))
+        .collect()
 }
 
 /// A stable, locally administered MAC for a port added at run time, from its name.
@@ -70,6 +96,12 @@ impl Daemon {
             gateway_mac: state.filter(|_| pod).map(|s| s.mac.to_string()),
             vhost_user: p.vhost.as_ref().map(|(path, _)| path.display().to_string()),
             vhost_mode: p.vhost.as_ref().map(|(_, m)| m.name().to_string()),
+            allowed_addresses: p
+                .cfg
+                .allowed_addresses
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
             counters: self.port_counters(index),
         }
     }
@@ -156,6 +188,7 @@ impl Daemon {
                 return Err(bad("pod", format!("{pod:?} is not NAMESPACE/NAME")));
             }
         }
+        let allowed_addresses = allowed_addresses(role, &p.allowed_addresses)?;
         let (port_mac_opt, pod_mac) = if role == PortRole::Pod {
             if mac.is_none() {
                 return Err(bad(
@@ -189,6 +222,7 @@ impl Daemon {
                 pod_mac,
                 addresses,
                 pod: p.pod.clone(),
+                allowed_addresses,
             },
             device,
         ))
@@ -364,5 +398,30 @@ mod tests {
         assert_eq!(m[..2], [0x02, 0xfe]);
         assert_eq!(m, port_mac("pod-c"));
         assert_ne!(m, port_mac("pod-d"));
+    }
+
+    #[test]
+    fn allowed_addresses_are_checked() {
+        let list = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let ok = allowed_addresses(PortRole::Pod, &list(&["10.9.0.0/16", "fd00:9::1"])).unwrap();
+        let shown: Vec<String> = ok.iter().map(ToString::to_string).collect();
+        assert_eq!(shown, ["10.9.0.0/16", "fd00:9::1/128"]);
+        assert!(allowed_addresses(PortRole::Uplink, &[]).unwrap().is_empty());
+        let e =
+            allowed_addresses(PortRole::Pod, &list(&["10.9.0.0/16", "10.9.0.1/16"])).unwrap_err();
+        assert!(e.message.contains("host bits"), "{e:?}");
+        assert_eq!(
+            e.data.as_ref().and_then(|d| d["field"].as_str()),
+            Some("allowed_addresses[1]")
+        );
+        let e = allowed_addresses(PortRole::Pod, &list(&["nope"])).unwrap_err();
+        assert!(e.message.contains("not an IP address"), "{e:?}");
+        let e = allowed_addresses(PortRole::Host, &list(&["10.0.0.0/8"])).unwrap_err();
+        assert!(e.message.contains("only pod ports"), "{e:?}");
+        let many: Vec<String> = (0..=MAX_ALLOWED_ADDRESSES)
+            .map(|n| format!("10.9.{n}.0/24"))
+            .collect();
+        let e = allowed_addresses(PortRole::Pod, &many).unwrap_err();
+        assert!(e.message.contains("at most"), "{e:?}");
     }
 }

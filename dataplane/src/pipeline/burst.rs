@@ -160,7 +160,7 @@ pub(crate) mod testing {
     pub const ROUTER_MAC: [u8; 6] = [2, 0, 0, 0, 9, 1];
     pub const ROUTER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
 
-    /// Pod port 0 (10.1.0.2, MTU 1500) and uplink 1 (192.0.2.10, MTU 1400): 10.1.0.2/32
+    /// Pod port 0 (its pod 10.1.0.2 at `POD_MAC`, MTU 1500) and uplink 1 (192.0.2.10, MTU 1400): 10.1.0.2/32
     /// to the pod, 203.0.113.0/24 blackholed, the rest via 192.0.2.1 (resolved).
     pub fn snapshot() -> Snapshot {
         let mut snap = Snapshot::empty();
@@ -175,6 +175,7 @@ pub(crate) mod testing {
             local_v4: vec![local],
             local_v6: Vec::new(),
             xconnect: None,
+            pod_sources: Default::default(),
         };
         snap.ports = vec![
             port(
@@ -194,6 +195,8 @@ pub(crate) mod testing {
                 Ipv4Addr::new(192, 0, 2, 10),
             ),
         ];
+        snap.ports[0].pod_sources =
+            super::super::port_security::sources(Some(POD_MAC), &["10.1.0.2"], &[]);
         let mut lpm = Lpm4::new();
         lpm.insert(Ipv4Addr::new(10, 1, 0, 2), 32, 0)
             .expect("route");

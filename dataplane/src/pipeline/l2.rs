@@ -1,24 +1,26 @@
-//! The first stage: each frame of the burst parsed ([`parse`](super::parse)) and checked
+//! The first stage: each frame of the burst parsed ([`parse`](super::parse)), checked
 //! at layer 2 (addressed to the input port's MAC, broadcast ARP, or IPv6 multicast for
-//! neighbour discovery); ARP is answered here. The packets that go on are listed in
-//! `s.ok`.
+//! neighbour discovery) and, on a pod port, by [`port_security`](super::port_security)
+//! (sent by the pod as itself); ARP is answered here. The packets that go on are listed
+//! in `s.ok`.
 
 use super::burst::Burst;
 use super::ct::{CtMark, SnatHint};
-use super::{local, net_name, parse, trace, Action, Frames, Parsed, Stage, Tracer};
+use super::{local, net_name, parse, port_security, trace, Action, Frames, Parsed, Stage, Tracer};
 use crate::counters::DropReason;
-use crate::snapshot::{PortState, Snapshot};
+use crate::snapshot::{PortRole, PortState, Snapshot};
 use crate::wire::EthernetFrame;
 use std::net::IpAddr;
 
 /// How many packets ahead the stage prefetches.
 const PREFETCH_AHEAD: usize = 4;
 
-/// The stage: parse and l2 for every frame of the burst, which also clears each
-/// packet's per-burst marks (conntrack, SNAT hint, `reflect`).
+/// The stage: parse, l2 and (pod ports) port security for every frame of the burst,
+/// which also clears each packet's per-burst marks (conntrack, SNAT hint, `reflect`).
 #[inline(always)]
 pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
     let (snap, port, s) = (b.snap, b.port, &mut *b.s);
+    let pod = port.role == PortRole::Pod;
     for i in 0..PREFETCH_AHEAD.min(b.n) {
         b.frames.prefetch(i);
     }
@@ -28,9 +30,19 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
         s.ct[i] = CtMark::None;
         s.snat[i] = SnatHint::None;
         s.reflect[i] = false;
-        match front(snap, port, b.frames.frame_mut(i), b.t) {
+        match front(snap, port, pod, b.frames.frame_mut(i), b.t) {
             Ok(parsed) => {
                 s.parsed[i] = parsed;
+                // Port security: from a pod port, only what the pod sends as itself
+                // goes on (checked on the stored headers, which keeps `front` as lean
+                // as without it).
+                if pod {
+                    let frame = b.frames.frame(i);
+                    if let Err(reason) = port_security::check(port, &s.parsed[i], frame, b.t) {
+                        *action = Action::Drop(reason);
+                        continue;
+                    }
+                }
                 s.ok[n_ok] = i as u16;
                 n_ok += 1;
             }
@@ -40,12 +52,14 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
     b.n_ok = n_ok;
 }
 
-/// Parse and l2: `Ok(parsed)` when the packet goes on to conntrack, local and ttl,
-/// else the action that ends its path here (ARP is answered here).
+/// Parse and l2: `Ok(parsed)` when the packet goes on (to port security on a pod port,
+/// `pod`, then conntrack, local and ttl), else the action that ends its path here (ARP
+/// is answered here, from a pod port once port security accepts it).
 #[inline(always)]
 fn front<T: Tracer>(
     snap: &Snapshot,
     port: &PortState,
+    pod: bool,
     frame: &mut [u8],
     t: &mut T,
 ) -> Result<Parsed, Action> {
@@ -94,6 +108,10 @@ fn front<T: Tracer>(
     );
 
     if parsed.is_arp() {
+        // From a pod, answered only if port security accepts it.
+        if pod {
+            port_security::check_arp(port, frame, t).map_err(Action::Drop)?;
+        }
         return Err(local::arp(port, frame, t));
     }
     Ok(parsed)

@@ -5,8 +5,9 @@
 //! recording [`Tracer`].
 //!
 //! Each stage is a module and a function over the burst's context ([`Burst`]), in this
-//! order: [`l2`] (parse, destination MAC, ARP) → [`ct`] lookup (the connection: owner
-//! worker, lookup, replies translated back) → [`ttl`] (local: ARP, ND, echo for
+//! order: [`l2`] (parse, destination MAC, [`port_security`] on pod ports: the pod's
+//! MAC and addresses as source; ARP) → [`ct`] lookup (the connection: owner worker,
+//! lookup, replies translated back) → [`ttl`] (local: ARP, ND, echo for
 //! Ferrule's own addresses; then ttl) → [`acl`] ingress (the input port's table) →
 //! [`route`] (per-network LPM) → [`acl`] egress (the output port's table, then the
 //! global table on uplinks) → [`mtu`] → [`ct`] commit (new connections, masquerade) →
@@ -23,6 +24,7 @@ pub mod local;
 pub mod mtu;
 pub mod neighbor;
 pub mod parse;
+pub mod port_security;
 pub mod route;
 pub mod synth;
 pub mod ttl;
@@ -86,6 +88,7 @@ pub enum Action {
 pub enum Stage {
     Parse,
     L2,
+    PortSecurity,
     Conntrack,
     Local,
     Ttl,
@@ -102,6 +105,7 @@ impl Stage {
         match self {
             Stage::Parse => "parse",
             Stage::L2 => "l2",
+            Stage::PortSecurity => "port-security",
             Stage::Conntrack => "ct",
             Stage::Local => "local",
             Stage::Ttl => "ttl",

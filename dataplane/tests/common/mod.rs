@@ -9,7 +9,9 @@ use ferrule_dataplane::acl::table::Table;
 use ferrule_dataplane::acl::{self, Action as AclAction, PortRange, Prefix, Proto, Rule};
 use ferrule_dataplane::lpm::{Lpm4, Lpm6};
 use ferrule_dataplane::nat::SnatPolicy;
-use ferrule_dataplane::snapshot::{Neighbor, Network, NextHopEntry, PortRole, PortState, Snapshot};
+use ferrule_dataplane::snapshot::{
+    Neighbor, Network, NextHopEntry, PodSources, PortRole, PortState, Snapshot,
+};
 use ferrule_dataplane::wire::EthernetAddress;
 use ferrule_dataplane::wire::Ipv4Cidr;
 use rustc_hash::FxHashMap;
@@ -31,9 +33,10 @@ pub fn v6(s: &str) -> Ipv6Addr {
 
 /// pod-a (0) 10.1.0.2, pod-b (1) 10.1.0.3 mtu 1400, uplink (2) 192.0.2.10/24 with a
 /// default route via 192.0.2.1 (resolved) and 198.51.100.0/24 via 192.0.2.99
-/// (unresolved); 203.0.113.0/24 blackholed; fd00:1::2 and ::3 on the pods.
+/// (unresolved); 203.0.113.0/24 blackholed; fd00:1::2 and ::3 on the pods, each pod
+/// port accepting its pod's two addresses as source.
 pub fn snapshot() -> Snapshot {
-    let pod = |name: &str, mac, pod_mac, mtu| PortState {
+    let pod = |name: &str, mac, pod_mac, mtu, ips: [IpAddr; 2]| PortState {
         name: name.into(),
         dpdk_id: 0,
         role: PortRole::Pod,
@@ -44,10 +47,23 @@ pub fn snapshot() -> Snapshot {
         local_v4: vec![GW4],
         local_v6: vec![GW6],
         xconnect: None,
+        pod_sources: PodSources::new(Some(EthernetAddress(pod_mac)), &ips, &[]),
     };
     let ports = vec![
-        pod("pod-a", GW_MAC_A, POD_A, 1500),
-        pod("pod-b", GW_MAC_B, POD_B, 1400),
+        pod(
+            "pod-a",
+            GW_MAC_A,
+            POD_A,
+            1500,
+            [Ipv4Addr::new(10, 1, 0, 2).into(), v6("fd00:1::2").into()],
+        ),
+        pod(
+            "pod-b",
+            GW_MAC_B,
+            POD_B,
+            1400,
+            [Ipv4Addr::new(10, 1, 0, 3).into(), v6("fd00:1::3").into()],
+        ),
         PortState {
             name: "uplink0".into(),
             dpdk_id: 2,
@@ -59,6 +75,7 @@ pub fn snapshot() -> Snapshot {
             local_v4: vec![Ipv4Addr::new(192, 0, 2, 10)],
             local_v6: vec![v6("2001:db8::10")],
             xconnect: None,
+            pod_sources: PodSources::default(),
         },
     ];
     let next_hops = vec![
