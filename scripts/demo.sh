@@ -34,7 +34,7 @@ cleanup() {
     scripts/netns-topology.sh down "$topo" || true
     rm -f /dev/hugepages/"$prefix"* /dev/hugepages/"$prefix-pod"* 2>/dev/null || true
     rm -rf "/run/dpdk/$prefix" "/run/dpdk/$prefix-pod" "$work"
-    rm -f "$vhost_sock"
+    rm -f "$vhost_sock" "/run/ferrule/locks/eal-$prefix.lock" "/run/ferrule/locks/eal-$prefix-pod.lock"
 }
 trap cleanup EXIT
 
