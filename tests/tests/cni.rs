@@ -348,6 +348,15 @@ fn the_plugin_speaks_the_cni_protocol() {
     );
 }
 
+/// A child process stopped when the test ends, whether it passes or fails.
+struct Stopped(Child);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        stop_timeout_child(&mut self.0);
+    }
+}
+
 /// `/etc/cni/net.d` and `/opt/cni/bin/ferrule` for the test, restored on drop.
 struct CniInstall {
     saved: Option<PathBuf>,
@@ -697,22 +706,24 @@ fn containers_run_by_containerd_get_their_network_from_ferrule() {
          spec:\n  podSelector: {{matchLabels: {{app: beta}}}}\n  policyTypes: [Ingress]\n  ingress:\n    - from: [{{ipBlock: {{cidr: 0.0.0.0/0, except: [\"{a4}/32\"]}}}}]\n"
     );
     std::fs::write(state.join("cluster.yaml"), manifests).unwrap();
-    let mut agent = Command::new(agent_bin())
-        .args([
-            "--state",
-            state.to_str().unwrap(),
-            "--node",
-            node,
-            "--interval-ms",
-            "200",
-        ])
-        .arg("--socket")
-        .arg(&d.socket)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(scratch.path().join("agent.log")).unwrap())
-        .spawn()
-        .unwrap();
+    let agent = Stopped(
+        Command::new(agent_bin())
+            .args([
+                "--state",
+                state.to_str().unwrap(),
+                "--node",
+                node,
+                "--interval-ms",
+                "200",
+            ])
+            .arg("--socket")
+            .arg(&d.socket)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(scratch.path().join("agent.log")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
     let deadline = Instant::now() + Duration::from_secs(20);
     while rt
         .exec("alpha", &["ping", "-c", "1", "-W", "1", &b4])
@@ -728,7 +739,7 @@ fn containers_run_by_containerd_get_their_network_from_ferrule() {
     }
     // The other direction is untouched.
     rt.exec_ok("beta", &["ping", "-c", "2", "-W", "2", &a4]);
-    stop_timeout_child(&mut agent);
+    drop(agent);
     // The tables go before the ports: a port with tables attached is not deleted.
     let mut clear = Command::new(ferrulectl_bin())
         .arg("--socket")
