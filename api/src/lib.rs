@@ -7,9 +7,11 @@
 
 pub mod acl;
 pub mod client;
+pub mod network;
 pub mod rpc;
 
 pub use acl::AclApply;
+pub use network::network_method;
 
 use serde::{Deserialize, Serialize};
 
@@ -30,8 +32,8 @@ pub mod method {
     pub const STATS_GET: &str = "stats.get";
 
     use super::{
-        acl_method, ct_method, nat_method, neigh_method, port_method, route_method, trace_method,
-        vpc_method,
+        acl_method, ct_method, nat_method, neigh_method, network_method, port_method, route_method,
+        trace_method, vpc_method,
     };
 
     /// Methods that change the daemon's state. The daemon logs each of these requests
@@ -48,6 +50,8 @@ pub mod method {
         acl_method::CLEAR_COUNTERS,
         vpc_method::SYNC,
         ct_method::FLUSH,
+        network_method::APPLY,
+        network_method::DEL,
     ];
 
     /// Methods that only read.
@@ -64,6 +68,9 @@ pub mod method {
         ct_method::DUMP,
         ct_method::STATS,
         nat_method::DUMP,
+        network_method::LIST,
+        network_method::LOOKUP,
+        network_method::FDB,
     ];
 
     /// Whether `method` is one that changes the daemon's state ([`CHANGES`]).
@@ -81,7 +88,7 @@ pub mod method {
                 .copied()
                 .collect();
             assert_eq!(all.len(), super::CHANGES.len() + super::READ_ONLY.len());
-            assert_eq!(all.len(), 23);
+            assert_eq!(all.len(), 28);
             assert!(super::is_change("acl.apply") && !super::is_change("acl.dump"));
             assert!(!super::is_change("no.such.method"));
         }

@@ -140,6 +140,32 @@ pub struct PodSide {
     pub ifname: String,
     pub addresses: Vec<IpAddr>,
     pub mtu: u16,
+    pub routing: PodRouting,
+}
+
+/// How the pod's interface is routed: through its gateways (a link route to each, as
+/// they need not be on the pod's subnet), with the default route or only with some
+/// prefixes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodRouting {
+    pub gateway_v4: Ipv4Addr,
+    pub gateway_v6: Ipv6Addr,
+    /// The default route goes through this interface (unless the namespace has one).
+    pub default_route: bool,
+    /// Further prefixes routed through the gateway of their family.
+    pub routes: Vec<IpCidr>,
+}
+
+impl Default for PodRouting {
+    /// The default network's: 169.254.1.1 / fe80::1, default route.
+    fn default() -> Self {
+        PodRouting {
+            gateway_v4: GATEWAY_V4,
+            gateway_v6: GATEWAY_V6,
+            default_route: true,
+            routes: Vec::new(),
+        }
+    }
 }
 
 /// Creates the veth pair `host_name` ↔ the pod's `ifname` in `netns`, addressed and
@@ -244,6 +270,30 @@ async fn configure_pod(h: &Handle, tmp: &str, pod: &PodSide) -> Result<String, C
         .execute()
         .await
         .map_err(|e| nl_err(format!("cannot bring {} up", pod.ifname), e))?;
+    address_and_route(h, index, pod).await?;
+    Ok(format_mac(&mac))
+}
+
+/// Gives the pod's interface (already named and up) its addresses and routes, when
+/// they are known only after the port is attached (an address the network's IPAM in
+/// ferruled hands out).
+pub fn address_pod(pod: &PodSide) -> Result<(), CniError> {
+    let pod_c = pod.clone();
+    in_netns(&pod.netns, move || {
+        with_handle(async move |h| {
+            let (index, _) = index_of(h, &pod_c.ifname).await?.ok_or_else(|| {
+                nl_err(
+                    format!("the container has no interface {}", pod_c.ifname),
+                    "no such link",
+                )
+            })?;
+            address_and_route(h, index, &pod_c).await
+        })
+    })
+}
+
+async fn address_and_route(h: &Handle, index: u32, pod: &PodSide) -> Result<(), CniError> {
+    let r = &pod.routing;
     let mut v4 = false;
     let mut v6 = false;
     for addr in &pod.addresses {
@@ -262,34 +312,68 @@ async fn configure_pod(h: &Handle, tmp: &str, pod: &PodSide) -> Result<String, C
             .await
             .map_err(|e| nl_err(format!("cannot add {addr} to {}", pod.ifname), e))?;
     }
-    // A second interface of a container whose first one carries the default route
-    // gets its addresses only.
-    if v4 && default_gateways(h, true).await?.is_empty() {
+    // The gateways are reached on the link (they need not be on the pod's subnet).
+    if v4 {
         let link = RouteMessageBuilder::<Ipv4Addr>::new()
-            .destination_prefix(GATEWAY_V4, 32)
+            .destination_prefix(r.gateway_v4, 32)
             .output_interface(index)
             .scope(RouteScope::Link)
             .build();
         tolerate_exists(h.route().add(link).execute().await)
-            .map_err(|e| nl_err("cannot add the link route to 169.254.1.1", e))?;
+            .map_err(|e| nl_err(format!("cannot add the link route to {}", r.gateway_v4), e))?;
+    }
+    // A second interface of a container whose first one carries the default route
+    // gets its addresses and its own prefixes only.
+    if v4 && r.default_route && default_gateways(h, true).await?.is_empty() {
         let default = RouteMessageBuilder::<Ipv4Addr>::new()
             .destination_prefix(Ipv4Addr::UNSPECIFIED, 0)
-            .gateway(GATEWAY_V4)
+            .gateway(r.gateway_v4)
             .output_interface(index)
             .build();
-        tolerate_exists(h.route().add(default).execute().await)
-            .map_err(|e| nl_err("cannot add the default route via 169.254.1.1", e))?;
+        tolerate_exists(h.route().add(default).execute().await).map_err(|e| {
+            nl_err(
+                format!("cannot add the default route via {}", r.gateway_v4),
+                e,
+            )
+        })?;
     }
-    if v6 && default_gateways(h, false).await?.is_empty() {
+    if v6 && r.default_route && default_gateways(h, false).await?.is_empty() {
         let default = RouteMessageBuilder::<Ipv6Addr>::new()
             .destination_prefix(Ipv6Addr::UNSPECIFIED, 0)
-            .gateway(GATEWAY_V6)
+            .gateway(r.gateway_v6)
             .output_interface(index)
             .build();
-        tolerate_exists(h.route().add(default).execute().await)
-            .map_err(|e| nl_err("cannot add the default route via fe80::1", e))?;
+        tolerate_exists(h.route().add(default).execute().await).map_err(|e| {
+            nl_err(
+                format!("cannot add the default route via {}", r.gateway_v6),
+                e,
+            )
+        })?;
     }
-    Ok(format_mac(&mac))
+    for prefix in &r.routes {
+        let result = match prefix.network() {
+            IpAddr::V4(a) if v4 => {
+                let m = RouteMessageBuilder::<Ipv4Addr>::new()
+                    .destination_prefix(a, prefix.prefix_len())
+                    .gateway(r.gateway_v4)
+                    .output_interface(index)
+                    .build();
+                h.route().add(m).execute().await
+            }
+            IpAddr::V6(a) if v6 => {
+                let m = RouteMessageBuilder::<Ipv6Addr>::new()
+                    .destination_prefix(a, prefix.prefix_len())
+                    .gateway(r.gateway_v6)
+                    .output_interface(index)
+                    .build();
+                h.route().add(m).execute().await
+            }
+            _ => continue,
+        };
+        tolerate_exists(result)
+            .map_err(|e| nl_err(format!("cannot add the route to {prefix}"), e))?;
+    }
+    Ok(())
 }
 
 /// The gateways of the namespace's default routes of one family.
@@ -377,11 +461,12 @@ pub fn check_pod(pod: &PodSide) -> Result<(), CniError> {
                     return Err(fail(format!("{} lost address {want}", pod_c.ifname)));
                 }
             }
+            let r = &pod_c.routing;
             for (v4, gw) in [
-                (true, IpAddr::V4(GATEWAY_V4)),
-                (false, IpAddr::V6(GATEWAY_V6)),
+                (true, IpAddr::V4(r.gateway_v4)),
+                (false, IpAddr::V6(r.gateway_v6)),
             ] {
-                if !pod_c.addresses.iter().any(|a| a.is_ipv4() == v4) {
+                if !r.default_route || !pod_c.addresses.iter().any(|a| a.is_ipv4() == v4) {
                     continue;
                 }
                 if !default_gateways(h, v4).await?.contains(&gw) {

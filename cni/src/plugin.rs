@@ -3,7 +3,7 @@
 //! records the pod as `namespace/name`.
 
 use crate::ipam;
-use crate::link::{self, PodSide, GATEWAY_V4, GATEWAY_V6};
+use crate::link::{self, PodRouting, PodSide, GATEWAY_V4, GATEWAY_V6};
 use crate::spec::{
     code, CallEnv, CniError, CniResult, Interface, NetConf, ResultInterface, ResultIp, ResultRoute,
     VethDriver,
@@ -145,6 +145,7 @@ fn attach(
                     ifname: env.ifname.clone(),
                     addresses: addresses.clone(),
                     mtu,
+                    routing: PodRouting::default(),
                 },
             )?;
             let added = add_veth_port(
@@ -357,6 +358,7 @@ pub fn check(env: &CallEnv, conf: &NetConf, raw_conf: &[u8]) -> Result<(), CniEr
             ifname: env.ifname.clone(),
             addresses,
             mtu: conf.mtu.unwrap_or(1500),
+            routing: PodRouting::default(),
         })?;
     }
     if let Some(plugin) = ipam_plugin(conf, env)? {

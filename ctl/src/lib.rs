@@ -30,6 +30,7 @@ use ferrule_dataplane::counters::DropReason;
 pub mod acl;
 pub mod ct;
 pub mod neigh;
+pub mod network;
 pub mod pcap;
 pub mod policy;
 pub mod port;
@@ -213,6 +214,13 @@ count, like `vppctl show errors`.")]
         command: vpc::VpcCommand,
     },
 
+    /// Create, delete and list user-defined networks (UDN/CUDN); MAC tables.
+    #[command(long_about = network::NETWORK_LONG_ABOUT)]
+    Network {
+        #[command(subcommand)]
+        command: network::NetworkCommand,
+    },
+
     /// Render Kubernetes NetworkPolicies into ACL tables; verdicts; apply once.
     #[command(long_about = policy::POLICY_LONG_ABOUT)]
     Policy {
@@ -280,6 +288,7 @@ pub fn run(cli: &Cli, out: &mut dyn Write) -> Result<(), CtlError> {
         Command::Neigh { ref command } => neigh(&mut ctx, command),
         Command::Acl { ref command } => acl::run(&mut ctx, command),
         Command::Vpc { ref command } => vpc::run(&mut ctx, command),
+        Command::Network { ref command } => network::run(&mut ctx, command),
         Command::Policy { ref command } => policy::run(&mut ctx, command),
         Command::Ct { ref command } => ct::run(&mut ctx, command),
         Command::Nat { ref command } => ct::run_nat(&mut ctx, command),

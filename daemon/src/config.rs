@@ -101,6 +101,49 @@ pub struct Config {
     pub snat: SnatPolicy,
     /// `[ct]`: connection tracking.
     pub ct: CtSection,
+    /// `[networks]`: the cluster facts user-defined networks are checked and planned
+    /// against.
+    pub udn: NetworksSection,
+}
+
+/// `[networks]`: what user-defined networks are validated against and how this node
+/// plans them (OVN-Kubernetes' cluster settings).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetworksSection {
+    /// This node's index in the cluster: which host subnet of a Layer3 network's
+    /// per-node split (`10.128.0.0/16/24`) is this node's.
+    pub node_index: u32,
+    /// The cluster default network's pod subnets (no user-defined network may overlap).
+    pub cluster_subnets: Vec<IpCidr>,
+    /// The Kubernetes service subnets.
+    pub service_subnets: Vec<IpCidr>,
+    /// The default network's join subnets (user-defined join subnets must not overlap).
+    pub join_subnets: Vec<IpCidr>,
+    /// Where networks' masquerade addresses come from (two per network and family).
+    pub masquerade_subnets: Vec<IpCidr>,
+    /// Addresses a primary-network pod's default-network interface still reaches: the
+    /// Kubernetes API and DNS service addresses.
+    pub default_network_allow: Vec<IpCidr>,
+    /// MTU of a network whose manifest gives none.
+    pub mtu: u16,
+    /// Seconds a learned MAC stays in a switched network's table without being seen.
+    pub mac_ageing_s: u32,
+}
+
+impl Default for NetworksSection {
+    fn default() -> Self {
+        let c = |s: &str| parse_cidr(s).unwrap_or_else(|e| unreachable!("default {s}: {e}"));
+        NetworksSection {
+            node_index: 0,
+            cluster_subnets: vec![c("10.244.0.0/16")],
+            service_subnets: vec![c("10.96.0.0/16")],
+            join_subnets: vec![c("100.64.0.0/16"), c("fd98::/64")],
+            masquerade_subnets: vec![c("169.254.169.0/24"), c("fd69::/112")],
+            default_network_allow: vec![c("10.96.0.1/32"), c("10.96.0.10/32")],
+            mtu: 1400,
+            mac_ageing_s: 300,
+        }
+    }
 }
 
 /// `[ct]`.
@@ -358,6 +401,110 @@ struct RawConfig {
     state: RawState,
     #[serde(default)]
     metrics: RawMetrics,
+    #[serde(default)]
+    networks: RawNetworks,
+}
+
+/// `[networks]`, as written.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+struct RawNetworks {
+    node_index: Option<Spanned<u32>>,
+    cluster_subnets: Option<Spanned<Vec<String>>>,
+    service_subnets: Option<Spanned<Vec<String>>>,
+    join_subnets: Option<Spanned<Vec<String>>>,
+    masquerade_subnets: Option<Spanned<Vec<String>>>,
+    default_network_allow: Option<Spanned<Vec<String>>>,
+    mtu: Option<Spanned<u16>>,
+    mac_ageing_s: Option<Spanned<u32>>,
+}
+
+impl RawNetworks {
+    fn validate(&self, ctx: &Ctx) -> Result<NetworksSection, ConfigError> {
+        let mut out = NetworksSection::default();
+        let cidrs = |v: &Option<Spanned<Vec<String>>>,
+                     key: &str,
+                     into: &mut Vec<IpCidr>|
+         -> Result<(), ConfigError> {
+            let Some(v) = v else { return Ok(()) };
+            let mut list = Vec::new();
+            for (i, s) in v.get_ref().iter().enumerate() {
+                let c = parse_cidr(s).map_err(|e| ctx.err(v.span(), &format!("{key}[{i}]"), e))?;
+                if c.network() != c.address() {
+                    return Err(ctx.err(
+                        v.span(),
+                        &format!("{key}[{i}]"),
+                        format!("{s:?} has host bits set"),
+                    ));
+                }
+                list.push(c);
+            }
+            *into = list;
+            Ok(())
+        };
+        cidrs(
+            &self.cluster_subnets,
+            "networks.cluster_subnets",
+            &mut out.cluster_subnets,
+        )?;
+        cidrs(
+            &self.service_subnets,
+            "networks.service_subnets",
+            &mut out.service_subnets,
+        )?;
+        cidrs(
+            &self.join_subnets,
+            "networks.join_subnets",
+            &mut out.join_subnets,
+        )?;
+        cidrs(
+            &self.masquerade_subnets,
+            "networks.masquerade_subnets",
+            &mut out.masquerade_subnets,
+        )?;
+        cidrs(
+            &self.default_network_allow,
+            "networks.default_network_allow",
+            &mut out.default_network_allow,
+        )?;
+        for family in [true, false] {
+            if out
+                .masquerade_subnets
+                .iter()
+                .filter(|c| c.address().is_ipv4() == family)
+                .count()
+                > 1
+            {
+                return Err(ctx.err(
+                    self.masquerade_subnets.as_ref().map_or(0..0, Spanned::span),
+                    "networks.masquerade_subnets",
+                    "at most one subnet per IP family",
+                ));
+            }
+        }
+        if let Some(n) = &self.node_index {
+            out.node_index = *n.get_ref();
+        }
+        if let Some(m) = &self.mtu {
+            let mtu = *m.get_ref();
+            if !(576..=9216).contains(&mtu) {
+                return Err(ctx.err(m.span(), "networks.mtu", format!("{mtu}: 576..=9216")));
+            }
+            out.mtu = mtu;
+        }
+        if let Some(a) = &self.mac_ageing_s {
+            let s = *a.get_ref();
+            if !(10..=1_000_000).contains(&s) {
+                return Err(ctx.err(
+                    a.span(),
+                    "networks.mac_ageing_s",
+                    format!("{s}: 10..=1000000 seconds"),
+                ));
+            }
+            out.mac_ageing_s = s;
+        }
+        Ok(out)
+    }
 }
 
 /// `[metrics]`, as written.
@@ -1142,6 +1289,7 @@ impl RawConfig {
         }
         let snat = self.vpc.validate(&ports, ctx)?;
         let ct = self.ct.validate(ctx)?;
+        let udn = self.networks.validate(ctx)?;
         let state = match &self.state.path {
             None => None,
             Some(p) => {
@@ -1183,6 +1331,7 @@ impl RawConfig {
             neighbors,
             snat,
             ct,
+            udn,
         })
     }
 }
