@@ -155,6 +155,16 @@ pub struct PortInfo {
     /// Pod ports: the pod behind the port, `namespace/name`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<String>,
+    /// The network (VRF) the port is in.
+    #[serde(default)]
+    pub network: String,
+    /// Pod ports: the pod's addresses (given, or handed out by the network's IPAM).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ips: Vec<String>,
+    /// A primary-network pod's default-network port: only kubelet probes and the
+    /// Kubernetes API/DNS addresses pass.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub locked: bool,
     /// Pod ports: the gateway address the pod routes through (Ferrule's, IPv4).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gateway_ip: Option<String>,

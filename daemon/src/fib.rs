@@ -29,6 +29,9 @@ pub enum RouteSource {
     Pod,
     /// One of Ferrule's own addresses.
     Local,
+    /// A user-defined network's plan: its egress through the uplink, its isolation
+    /// from the other networks.
+    Network,
 }
 
 impl RouteSource {
@@ -39,6 +42,7 @@ impl RouteSource {
             RouteSource::Connected => "connected",
             RouteSource::Pod => "pod",
             RouteSource::Local => "local",
+            RouteSource::Network => "network",
         }
     }
 
@@ -99,12 +103,29 @@ impl NextHops {
     }
 }
 
+/// What makes a network a VRF besides its routes: its name, the gateway addresses pods
+/// see, whether it is user-defined (isolated, masqueraded on egress).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VrfSpec {
+    pub name: String,
+    /// Unspecified (0.0.0.0) for a network whose pods have no IPv4 gateway (Localnet).
+    pub gateway_v4: std::net::Ipv4Addr,
+    pub gateway_v6: std::net::Ipv6Addr,
+    pub user_defined: bool,
+}
+
 /// One network's routes.
 #[derive(Debug, Clone)]
 struct NetRoutes {
     name: String,
     gateway_v4: std::net::Ipv4Addr,
     gateway_v6: std::net::Ipv6Addr,
+    /// A user-defined network (its egress follows the default network's default
+    /// route, masqueraded).
+    user_defined: bool,
+    /// Deleted: kept as an empty slot so that its index (a conntrack zone) is never
+    /// given to another network while connections of it may linger.
+    removed: bool,
     routes: BTreeMap<(IpAddr, u8), (Route, NextHop)>,
     lpm4: Arc<Lpm4>,
     lpm6: Arc<Lpm6>,
@@ -134,6 +155,10 @@ pub struct Fib {
     acl: Arc<AclTables>,
     /// The SNAT policy in force (the VPC state).
     snat: Arc<SnatPolicy>,
+    /// Per port, whether it is locked (a primary-network pod's default-network port).
+    locked: Vec<bool>,
+    /// What a locked port still reaches (the Kubernetes API and DNS addresses).
+    locked_allow: Arc<Vec<IpCidr>>,
     generation: u64,
 }
 
@@ -168,6 +193,8 @@ impl Fib {
                 name: n.name.clone(),
                 gateway_v4: n.gateway_v4,
                 gateway_v6: n.gateway_v6,
+                user_defined: false,
+                removed: false,
                 routes: BTreeMap::new(),
                 lpm4: Arc::new(Lpm4::new()),
                 lpm6: Arc::new(Lpm6::new()),
@@ -181,6 +208,8 @@ impl Fib {
             neighbors: BTreeMap::new(),
             acl: Arc::default(),
             snat: Arc::new(cfg.snat.clone()),
+            locked: vec![false; cfg.ports.len()],
+            locked_allow: Arc::new(cfg.udn.default_network_allow.clone()),
             generation: 0,
         };
         for (i, p) in cfg.ports.iter().enumerate() {
@@ -243,7 +272,9 @@ impl Fib {
         let role = p.role;
         let (mut local_v4, mut local_v6) = (Vec::new(), Vec::new());
         if let (PortRole::Pod, Some(net)) = (role, self.nets.get(usize::from(network))) {
-            local_v4.push(net.gateway_v4);
+            if !net.gateway_v4.is_unspecified() {
+                local_v4.push(net.gateway_v4);
+            }
             local_v6.push(net.gateway_v6);
         }
         for a in &p.addresses {
@@ -271,6 +302,7 @@ impl Fib {
                 ),
                 _ => PodSources::default(),
             },
+            locked: false,
         }
     }
 
@@ -333,9 +365,11 @@ impl Fib {
         if i == self.ports.len() {
             self.ports.push(state);
             self.pods.push(p.pod.clone());
+            self.locked.push(false);
         } else {
             self.ports[i] = state;
             self.pods[i] = p.pod.clone();
+            self.locked[i] = false;
         }
         if let Err(e) = self.add_port_routes(index, p) {
             *self = saved;
@@ -367,7 +401,7 @@ impl Fib {
                     NextHopEntry::Local => {
                         n == usize::from(net) && own.contains(&key.0) && state.role != PortRole::Pod
                     }
-                    NextHopEntry::Blackhole => false,
+                    NextHopEntry::Blackhole | NextHopEntry::Isolated => false,
                 })
                 .map(|(key, _)| *key)
                 .collect();
@@ -388,10 +422,14 @@ impl Fib {
             local_v6: Vec::new(),
             xconnect: None,
             pod_sources: PodSources::default(),
+            locked: false,
         };
         self.ports[usize::from(index)] = placeholder;
         if let Some(pod) = self.pods.get_mut(usize::from(index)) {
             *pod = None;
+        }
+        if let Some(l) = self.locked.get_mut(usize::from(index)) {
+            *l = false;
         }
     }
 
@@ -592,8 +630,189 @@ impl Fib {
     pub fn network_index(&self, name: &str) -> Option<u16> {
         self.nets
             .iter()
-            .position(|n| n.name == name)
+            .position(|n| n.name == name && !n.removed)
             .map(|i| i as u16)
+    }
+
+    /// Whether network `net` exists (not deleted).
+    pub fn network_exists(&self, net: u16) -> bool {
+        self.nets.get(usize::from(net)).is_some_and(|n| !n.removed)
+    }
+
+    /// Adds a network (VRF) at run time, without routes; its index is new (never one
+    /// of a deleted network: indices are conntrack zones).
+    pub fn add_network(&mut self, spec: &VrfSpec) -> Result<u16, FibError> {
+        if self.network_index(&spec.name).is_some() {
+            return Err(err(
+                "name",
+                format!("a network named {:?} exists", spec.name),
+            ));
+        }
+        if self.nets.len() > usize::from(u16::MAX) {
+            return Err(err(
+                "name",
+                "65535 networks were created: restart to reuse zones",
+            ));
+        }
+        self.nets.push(NetRoutes {
+            name: spec.name.clone(),
+            gateway_v4: spec.gateway_v4,
+            gateway_v6: spec.gateway_v6,
+            user_defined: spec.user_defined,
+            removed: false,
+            routes: BTreeMap::new(),
+            lpm4: Arc::new(Lpm4::new()),
+            lpm6: Arc::new(Lpm6::new()),
+        });
+        Ok((self.nets.len() - 1) as u16)
+    }
+
+    /// Deletes a run-time network: refused while a port is in it. Its routes and
+    /// neighbours go; its slot stays, empty.
+    pub fn remove_network(&mut self, net: u16) -> Result<(), FibError> {
+        if net == 0 || !self.network_exists(net) {
+            return Err(err("name", "no such network"));
+        }
+        let ports = self.ports_in(net);
+        if !ports.is_empty() {
+            return Err(err(
+                "name",
+                format!(
+                    "network {:?} has {} port(s) attached",
+                    self.network_name(net),
+                    ports.len()
+                ),
+            ));
+        }
+        let keys: Vec<(IpAddr, u8)> = self.nets[usize::from(net)].routes.keys().copied().collect();
+        for key in keys {
+            self.remove_route_key(net, key);
+        }
+        self.neighbors.retain(|&(n, _), _| n != net);
+        let n = &mut self.nets[usize::from(net)];
+        n.removed = true;
+        n.user_defined = false;
+        Ok(())
+    }
+
+    /// The ports in network `net` (by index).
+    pub fn ports_in(&self, net: u16) -> Vec<u16> {
+        self.ports
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.network == net && !p.name.is_empty())
+            .map(|(i, _)| i as u16)
+            .collect()
+    }
+
+    /// Replaces the routes of `net` that come from its plan ([`RouteSource::Network`]):
+    /// its isolation and off-node prefixes. A prefix another source holds is left to
+    /// it. Then refreshes its egress.
+    pub fn set_network_routes(
+        &mut self,
+        net: u16,
+        routes: &[(IpCidr, NextHopEntry)],
+    ) -> Result<(), FibError> {
+        let Some(n) = self.nets.get(usize::from(net)) else {
+            return Err(err("network", "no such network"));
+        };
+        let old: Vec<(IpAddr, u8)> = n
+            .routes
+            .iter()
+            .filter(|(_, (r, _))| r.source == RouteSource::Network)
+            .map(|(k, _)| *k)
+            .collect();
+        for key in old {
+            self.remove_route_key(net, key);
+        }
+        for &(prefix, entry) in routes {
+            let key = (prefix.network(), prefix.prefix_len());
+            if self.nets[usize::from(net)].routes.contains_key(&key) {
+                continue;
+            }
+            self.insert(
+                net,
+                prefix,
+                Route {
+                    entry,
+                    source: RouteSource::Network,
+                },
+            )?;
+        }
+        self.refresh_egress();
+        Ok(())
+    }
+
+    /// Points every user-defined network's default routes at the default network's,
+    /// when that is a route out of an uplink (the node's way out; traffic leaving
+    /// through it from a user-defined network is masqueraded). Without one they have
+    /// no default route. Called whenever the default network's routes change.
+    pub fn refresh_egress(&mut self) {
+        let uplink_default = |fib: &Fib, v4: bool| {
+            let key = if v4 {
+                (IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 0)
+            } else {
+                (IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED), 0)
+            };
+            match fib.nets.first()?.routes.get(&key)?.0.entry {
+                e @ NextHopEntry::Port { port, .. }
+                    if fib.ports.get(usize::from(port))?.role == PortRole::Uplink =>
+                {
+                    Some(e)
+                }
+                _ => None,
+            }
+        };
+        let defaults = [
+            (true, uplink_default(self, true)),
+            (false, uplink_default(self, false)),
+        ];
+        for net in 1..self.nets.len() {
+            if !self.nets[net].user_defined {
+                continue;
+            }
+            for &(v4, entry) in &defaults {
+                let key = if v4 {
+                    (IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 0)
+                } else {
+                    (IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED), 0)
+                };
+                let current = self.nets[net].routes.get(&key).map(|(r, _)| *r);
+                match (current, entry) {
+                    (Some(r), _) if r.source != RouteSource::Network => {}
+                    (Some(r), Some(e)) if r.entry == e => {}
+                    (Some(_), None) => self.remove_route_key(net as u16, key),
+                    (_, Some(e)) => {
+                        if current.is_some() {
+                            self.remove_route_key(net as u16, key);
+                        }
+                        if let Ok(prefix) = IpCidr::new(key.0, 0) {
+                            let _ = self.insert(
+                                net as u16,
+                                prefix,
+                                Route {
+                                    entry: e,
+                                    source: RouteSource::Network,
+                                },
+                            );
+                        }
+                    }
+                    (None, None) => {}
+                }
+            }
+        }
+    }
+
+    /// Locks or unlocks a port (a primary-network pod's default-network interface).
+    pub fn set_locked(&mut self, port: u16, locked: bool) {
+        if let Some(l) = self.locked.get_mut(usize::from(port)) {
+            *l = locked;
+        }
+    }
+
+    /// Whether a port is locked.
+    pub fn is_locked(&self, port: u16) -> bool {
+        self.locked.get(usize::from(port)).copied().unwrap_or(false)
     }
 
     pub fn network_name(&self, net: u16) -> &str {
@@ -605,6 +824,28 @@ impl Fib {
 
     pub fn network_count(&self) -> usize {
         self.nets.len()
+    }
+
+    /// The gateway addresses pods of network `net` see.
+    pub fn gateways(&self, net: u16) -> Vec<IpAddr> {
+        self.nets
+            .get(usize::from(net))
+            .map(|n| {
+                let mut v = Vec::new();
+                if !n.gateway_v4.is_unspecified() {
+                    v.push(IpAddr::V4(n.gateway_v4));
+                }
+                v.push(IpAddr::V6(n.gateway_v6));
+                v
+            })
+            .unwrap_or_default()
+    }
+
+    /// The indices of the networks that exist (deleted ones left out).
+    pub fn network_indices(&self) -> impl Iterator<Item = u16> + '_ {
+        (0..self.nets.len())
+            .filter(|&i| !self.nets[i].removed)
+            .map(|i| i as u16)
     }
 
     /// Index of a port by name.
@@ -663,7 +904,15 @@ impl Fib {
         }
         let mut snap = Snapshot {
             generation: self.generation,
-            ports: self.ports.clone(),
+            ports: self
+                .ports
+                .iter()
+                .zip(self.locked.iter().chain(std::iter::repeat(&false)))
+                .map(|(p, &locked)| PortState {
+                    locked,
+                    ..p.clone()
+                })
+                .collect(),
             networks: self
                 .nets
                 .iter()
@@ -673,8 +922,10 @@ impl Fib {
                     lpm6: Arc::clone(&n.lpm6),
                     gateway_v4: n.gateway_v4,
                     gateway_v6: n.gateway_v6,
+                    user_defined: n.user_defined,
                 })
                 .collect(),
+            locked_allow: Arc::clone(&self.locked_allow),
             nh_mac: Arc::default(),
             next_hops: Arc::new(self.next_hops.entries.clone()),
             neighbors: Arc::new(neighbors),

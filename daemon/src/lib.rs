@@ -7,6 +7,7 @@ pub mod config;
 pub mod daemon;
 pub mod fib;
 pub mod metrics;
+pub mod networks;
 pub mod persist;
 pub mod resolver;
 pub mod server;

@@ -1,6 +1,7 @@
 //! The state `ferruled` receives at run time, kept in a versioned file so that a restart
 //! loses none of it: ports added over the socket, routes, static neighbours, the ACL
-//! state (tables and attachments) and the VPC/SNAT settings. The file is rewritten
+//! state (tables and attachments), the VPC/SNAT settings and the user-defined networks
+//! (their manifests and Namespaces). The file is rewritten
 //! atomically (a new file synced, renamed over the old one, the directory synced) after
 //! every change, and read back at start before the workers poll.
 //!
@@ -9,11 +10,21 @@
 //! the previous one. Connection tracking and learned neighbours are not kept.
 
 use crate::config::parse_cidr;
+use crate::networks::{network_name_of, object_key};
+use ferrule_api::network::{NetworkApply, NetworkDel};
+use ferrule_api::network_method;
 use ferrule_api::{
     acl_method, neigh_method, port_method, route_method, vpc_method, NeighAdd, NeighDel, PortAdd,
     PortDel, RouteAdd, RouteDel, VpcSync,
 };
 use ferrule_dataplane::wire::IpCidr;
+
+/// The kinds `network.apply` keeps.
+const KEPT_KINDS: [&str; 3] = [
+    "UserDefinedNetwork",
+    "ClusterUserDefinedNetwork",
+    "Namespace",
+];
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::io::Write;
@@ -57,6 +68,10 @@ pub struct SavedState {
     /// The last `vpc.sync`.
     #[serde(default)]
     pub vpc: Option<VpcSync>,
+    /// The user-defined networks and Namespaces applied (`network.apply`'s objects,
+    /// the latest of each), in the order first applied.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub networks: Vec<Value>,
 }
 
 /// A route's identity: its network and prefix.
@@ -144,18 +159,59 @@ impl SavedState {
                 };
                 self.vpc = Some(v);
             }
+            network_method::APPLY => {
+                let Some(a) = parse::<NetworkApply>(params) else {
+                    return false;
+                };
+                if a.dry_run {
+                    return false;
+                }
+                for o in a.objects {
+                    let Some(key) = object_key(&o) else { continue };
+                    if !KEPT_KINDS.contains(&key.0.as_str()) {
+                        continue;
+                    }
+                    match self
+                        .networks
+                        .iter_mut()
+                        .find(|v| object_key(v).as_ref() == Some(&key))
+                    {
+                        Some(slot) => *slot = o,
+                        None => self.networks.push(o),
+                    }
+                }
+            }
+            network_method::DEL => {
+                let Some(d) = parse::<NetworkDel>(params) else {
+                    return false;
+                };
+                self.networks.retain(|v| {
+                    object_key(v).and_then(|k| network_name_of(&k)).as_deref()
+                        != Some(d.name.as_str())
+                });
+            }
             _ => return false,
         }
         true
     }
 
-    /// The changes that rebuild this state, in order: ports, routes, neighbours, VPC,
-    /// then the ACL state (its attachments name the ports).
+    /// The changes that rebuild this state, in order: networks (ports name them),
+    /// ports, routes, neighbours, VPC, then the ACL state (its attachments name the
+    /// ports).
     pub fn replay(&self) -> Vec<(&'static str, Value)> {
         fn value<T: Serialize>(v: &T) -> Value {
             serde_json::to_value(v).unwrap_or(Value::Null)
         }
         let mut out = Vec::new();
+        if !self.networks.is_empty() {
+            out.push((
+                network_method::APPLY,
+                value(&NetworkApply {
+                    objects: self.networks.clone(),
+                    dry_run: false,
+                }),
+            ));
+        }
         for p in &self.ports {
             out.push((port_method::ADD, value(p)));
         }
@@ -181,6 +237,7 @@ impl SavedState {
             && self.neighbors.is_empty()
             && self.acl.is_none()
             && self.vpc.is_none()
+            && self.networks.is_empty()
     }
 }
 

@@ -71,6 +71,10 @@ pub struct PortState {
     /// Pod ports: the MAC and the source addresses the pod may send from (`pod_mac`, its
     /// pod IPs and `allowed_addresses`), as port security checks them. Nothing elsewhere.
     pub pod_sources: PodSources,
+    /// The default-network interface of a pod whose namespace has a primary
+    /// user-defined network: only kubelet probes from the host and the Kubernetes
+    /// API/DNS addresses ([`Snapshot::locked_allow`]) pass.
+    pub locked: bool,
 }
 
 impl PortState {
@@ -223,6 +227,9 @@ pub enum NextHopEntry {
     Blackhole,
     /// An address of Ferrule's own.
     Local,
+    /// Another network's destination (a user-defined network's route to the default
+    /// network's or another network's subnets): dropped as `network-isolation`.
+    Isolated,
 }
 
 /// A resolved neighbour: the MAC to send to and the port it was learned on.
@@ -240,6 +247,9 @@ pub struct Network {
     pub lpm6: Arc<Lpm6>,
     pub gateway_v4: Ipv4Addr,
     pub gateway_v6: Ipv6Addr,
+    /// A user-defined network: isolated; its pods' traffic leaving through an uplink of
+    /// the default network is always masqueraded, and replies come back in zone 0.
+    pub user_defined: bool,
 }
 
 /// A whole generation of forwarding state.
@@ -261,6 +271,8 @@ pub struct Snapshot {
     pub acl: Arc<AclTables>,
     /// When and to what pod traffic is masqueraded.
     pub snat: Arc<SnatPolicy>,
+    /// What locked ports still reach: the Kubernetes API and DNS addresses.
+    pub locked_allow: Arc<Vec<IpCidr>>,
 }
 
 impl Snapshot {
@@ -275,12 +287,14 @@ impl Snapshot {
                 lpm6: Arc::new(Lpm6::new()),
                 gateway_v4: Ipv4Addr::new(169, 254, 1, 1),
                 gateway_v6: Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 1),
+                user_defined: false,
             }],
             next_hops: Arc::new(Vec::new()),
             neighbors: Arc::new(FxHashMap::default()),
             nh_mac: Arc::new(Vec::new()),
             acl: Arc::new(AclTables::default()),
             snat: Arc::new(SnatPolicy::default()),
+            locked_allow: Arc::default(),
         }
     }
 

@@ -8,6 +8,7 @@
 mod acl;
 mod ct;
 mod devices;
+mod networks;
 mod ports;
 mod punt;
 mod routes;
@@ -353,6 +354,7 @@ impl Daemon {
             shared,
             plans,
             Duration::from_secs(u64::from(cfg.dataplane.neighbor_max_age_s)),
+            &cfg.udn,
         );
         let mut daemon = Daemon {
             state,
@@ -425,6 +427,7 @@ impl Daemon {
                 neighbors = kept.neighbors.len(),
                 acl = kept.acl.is_some(),
                 vpc = kept.vpc.is_some(),
+                networks = kept.networks.len(),
                 failed,
                 "run-time state restored"
             );
@@ -661,8 +664,22 @@ fn no_params(params: &Value) -> Result<(), RpcError> {
 impl Service for Daemon {
     fn call(&mut self, method: &str, params: &Value) -> Result<Value, RpcError> {
         let out = self.dispatch(method, params);
-        if out.is_ok() {
-            self.persist(method, params);
+        if let Ok(result) = &out {
+            // A pod port whose addresses its network's IPAM handed out is kept with
+            // them, so that a restart gives the pod the same ones.
+            let ips = result
+                .get("ips")
+                .filter(|ips| ips.as_array().is_some_and(|a| !a.is_empty()));
+            match (method, ips, params.get("ips")) {
+                (api::port_method::ADD, Some(ips), None) => {
+                    let mut kept = params.clone();
+                    if let Some(o) = kept.as_object_mut() {
+                        o.insert("ips".into(), ips.clone());
+                    }
+                    self.persist(method, &kept);
+                }
+                _ => self.persist(method, params),
+            }
         }
         out
     }

@@ -89,6 +89,9 @@ impl Daemon {
             rx_queues: p.cfg.rx_queues,
             xconnect: p.cfg.xconnect.clone(),
             pod: p.cfg.pod.clone(),
+            network: p.cfg.network.clone(),
+            ips: p.cfg.pod_ips.iter().map(ToString::to_string).collect(),
+            locked: self.state.fib.is_locked(index as u16),
             gateway_ip: state
                 .filter(|_| pod)
                 .and_then(|s| s.local_v4.first())
@@ -130,9 +133,9 @@ impl Daemon {
             return Err(bad("name", format!("a port named {name:?} exists")));
         }
         let network = p.network.clone().unwrap_or_else(|| "default".into());
-        if self.state.fib.network_index(&network).is_none() {
+        let Some(net_index) = self.state.fib.network_index(&network) else {
             return Err(bad("network", format!("no network named {network:?}")));
-        }
+        };
         let role = p.role.unwrap_or(PortRole::Pod);
         let queues = p.queues.unwrap_or(1);
         if !(1..=MAX_QUEUES).contains(&queues) {
@@ -141,7 +144,10 @@ impl Daemon {
                 format!("{queues} is outside 1..={MAX_QUEUES}"),
             ));
         }
-        let mtu = p.mtu.unwrap_or(1500);
+        let mtu = p
+            .mtu
+            .or_else(|| self.state.udn.mtu(net_index))
+            .unwrap_or(1500);
         if !(68..=9600).contains(&mtu) {
             return Err(bad("mtu", format!("{mtu} is outside 68..=9600")));
         }
@@ -266,9 +272,26 @@ impl Daemon {
                 ))
             }
         };
-        let (cfg, device) = self.port_config(&p)?;
+        let (mut cfg, device) = self.port_config(&p)?;
         let devices::Prepared { vhost, created, .. } = device;
         let network = self.state.fib.network_index(&cfg.network).unwrap_or(0);
+        // A pod of a user-defined network gets its addresses from the network's IPAM
+        // (or has the ones given recorded there): given back if the add fails.
+        if cfg.role == PortRole::Pod {
+            let owner = cfg.pod.clone().unwrap_or_else(|| cfg.name.clone());
+            match self.state.udn.assign(network, &owner, &cfg.pod_ips) {
+                Ok(ips) => cfg.pod_ips = ips,
+                Err(e) => {
+                    undo_device(created, vhost.as_ref());
+                    return Err(bad(&e.field, e.message));
+                }
+            }
+        }
+        let release = |d: &mut Daemon, cfg: &PortConfig| {
+            if cfg.role == PortRole::Pod {
+                d.state.udn.release(network, &cfg.pod_ips);
+            }
+        };
         let eth = match start_port(
             &cfg,
             self.state.workers.len().max(1) as u16,
@@ -277,6 +300,7 @@ impl Daemon {
         ) {
             Ok(eth) => eth,
             Err(e) => {
+                release(self, &cfg);
                 undo_device(created, vhost.as_ref());
                 let field = if vhost.is_some() {
                     "vhost_user"
@@ -298,9 +322,12 @@ impl Daemon {
             .add_port(index as u16, &cfg, network, mac, eth.id())
         {
             let _ = eth.detach();
+            release(self, &cfg);
             undo_device(created, vhost.as_ref());
             return Err(bad(e.field, e.message));
         }
+        let locked = cfg.role == PortRole::Pod && self.state.udn.locks(network, cfg.pod.as_deref());
+        self.state.fib.set_locked(index as u16, locked);
         // Kept: the port owns what was created for it from now on.
         created.keep();
         let link = eth.link();
@@ -374,6 +401,11 @@ impl Daemon {
             return Err(RpcError::internal("the port vanished"));
         };
         let name = runtime.cfg.name.clone();
+        if runtime.cfg.role == PortRole::Pod {
+            if let Some(net) = self.state.fib.network_index(&runtime.cfg.network) {
+                self.state.udn.release(net, &runtime.cfg.pod_ips);
+            }
+        }
         if let Err(e) = runtime.eth.detach() {
             tracing::warn!(port = %name, error = %e, "unplugging the device");
         }

@@ -98,6 +98,7 @@ impl NodeState {
                         via.map(|v| v.to_string()),
                     ),
                     NextHopEntry::Blackhole => ("blackhole", None, None),
+                    NextHopEntry::Isolated => ("isolated", None, None),
                     NextHopEntry::Local => ("local", None, None),
                 };
                 routes.push(api::RouteEntry {

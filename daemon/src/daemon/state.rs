@@ -48,6 +48,8 @@ pub struct NodeState {
     pub(crate) last_aging: Instant,
     /// When each learned neighbour was last asked again (at most once a second).
     pub(crate) refreshed: HashMap<(u16, IpAddr), Instant>,
+    /// The user-defined networks.
+    pub(crate) udn: crate::networks::UdnState,
 }
 
 impl NodeState {
@@ -58,6 +60,7 @@ impl NodeState {
         shared: Arc<Shared>,
         plans: Vec<WorkerPlan>,
         neighbor_max_age: Duration,
+        networks: &crate::config::NetworksSection,
     ) -> NodeState {
         let acl = AclManager::new(fib.acl_ports());
         NodeState {
@@ -79,6 +82,7 @@ impl NodeState {
             neighbor_refresh: neighbor_max_age * 4 / 5,
             last_aging: Instant::now(),
             refreshed: HashMap::new(),
+            udn: crate::networks::UdnState::new(networks),
         }
     }
 
@@ -100,6 +104,7 @@ impl NodeState {
             shared,
             plans,
             Duration::from_secs(u64::from(cfg.dataplane.neighbor_max_age_s)),
+            &cfg.udn,
         ))
     }
 
@@ -124,6 +129,10 @@ impl NodeState {
             api::ct_method::FLUSH => self.ct_flush(params),
             api::ct_method::STATS => self.ct_stats(params),
             api::nat_method::DUMP => self.nat_dump(params),
+            api::network_method::APPLY => self.network_apply(params),
+            api::network_method::DEL => self.network_del(params),
+            api::network_method::LIST => self.network_list(params),
+            api::network_method::LOOKUP => self.network_lookup(params),
             _ => return None,
         })
     }

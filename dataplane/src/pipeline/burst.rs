@@ -176,6 +176,7 @@ pub(crate) mod testing {
             local_v6: Vec::new(),
             xconnect: None,
             pod_sources: Default::default(),
+            locked: false,
         };
         snap.ports = vec![
             port(

@@ -94,7 +94,7 @@ fn route<T: Tracer>(
     };
     let (out, via) = match *entry {
         NextHopEntry::Port { port, via } => (port, via),
-        NextHopEntry::Blackhole => {
+        NextHopEntry::Blackhole | NextHopEntry::Isolated => {
             trace!(
                 t,
                 Stage::Route,
