@@ -19,8 +19,9 @@ name=${2:-ferrule-demo}
 ns() { ip netns exec "$1" "${@:2}"; }
 
 down() {
-    for n in fr pa pb rt; do
-        ip netns del "$name-$n" 2>/dev/null || true
+    # The four, and any pod namespace a test added with the same prefix.
+    for n in $(ip netns list | awk '{print $1}' | grep "^$name-" || true); do
+        ip netns del "$n" 2>/dev/null || true
     done
 }
 

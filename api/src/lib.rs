@@ -156,7 +156,7 @@ pub struct PortInfo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<String>,
     /// The network (VRF) the port is in.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub network: String,
     /// Pod ports: the pod's addresses (given, or handed out by the network's IPAM).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -19,9 +19,10 @@ use std::net::IpAddr;
 
 use ferrule_api::rpc::{self, parse_params};
 use ferrule_api::{
-    self as api, acl_method, ct_method, nat_method, neigh_method, port_method, route_method,
-    trace_method, vpc_method, NeighAdd, NeighDel, NeighDump, NetworkFilter, PortsList, RouteAdd,
-    RouteDel, RouteDump, Stats, TraceDump, TraceResult, TraceRun, TraceStart, VersionInfo,
+    self as api, acl_method, ct_method, nat_method, neigh_method, network_method, port_method,
+    route_method, trace_method, vpc_method, NeighAdd, NeighDel, NeighDump, NetworkFilter,
+    PortsList, RouteAdd, RouteDel, RouteDump, Stats, TraceDump, TraceResult, TraceRun, TraceStart,
+    VersionInfo,
 };
 use ferrule_ctl::drop_reason_description;
 use ferrule_daemon::config::{parse_mac, Config, EMBEDDED_DEFAULT};
@@ -34,7 +35,7 @@ use serde_json::{json, Value};
 
 const DOC: &str = include_str!("../../docs/control-protocol.md");
 
-const METHODS: [&str; 20] = [
+const METHODS: [&str; 24] = [
     route_method::ADD,
     route_method::DEL,
     route_method::DUMP,
@@ -55,6 +56,10 @@ const METHODS: [&str; 20] = [
     nat_method::DUMP,
     port_method::ADD,
     port_method::DEL,
+    network_method::APPLY,
+    network_method::DEL,
+    network_method::LIST,
+    network_method::LOOKUP,
 ];
 
 /// The text of the doc from `start` up to the next line that starts with `end`.
@@ -169,6 +174,14 @@ fn examples_match_the_api_types() {
                 vpc_method::SYNC => check_params::<api::VpcSync>(name, &params),
                 port_method::ADD => check_params::<api::PortAdd>(name, &params),
                 port_method::DEL => check_params::<api::PortDel>(name, &params),
+                network_method::APPLY => check_params::<api::network::NetworkApply>(name, &params),
+                network_method::DEL => check_params::<api::network::NetworkDel>(name, &params),
+                network_method::LIST => {
+                    check_params::<api::network::NetworkListParams>(name, &params)
+                }
+                network_method::LOOKUP => {
+                    check_params::<api::network::NetworkLookup>(name, &params)
+                }
                 vpc_method::SHOW | ct_method::STATS => assert!(params.is_null(), "{message}"),
                 ct_method::DUMP | ct_method::FLUSH | nat_method::DUMP => {
                     check_params::<api::CtFilterParams>(name, &params)
@@ -236,6 +249,16 @@ fn examples_match_the_api_types() {
                 }
                 port_method::ADD => {
                     check_result::<api::PortInfo>(&method, result);
+                }
+                network_method::APPLY => {
+                    check_result::<api::network::NetworkApplied>(&method, result);
+                }
+                network_method::DEL => assert_eq!(result, &json!({}), "{method}"),
+                network_method::LIST => {
+                    check_result::<api::network::NetworkList>(&method, result);
+                }
+                network_method::LOOKUP => {
+                    check_result::<api::network::NetworkLookupResult>(&method, result);
                 }
                 port_method::DEL => {
                     check_result::<api::PortDeleted>(&method, result);
@@ -529,6 +552,42 @@ fn acl_examples_are_what_the_daemon_does() {
             (Ok(got), None) => panic!("{request}: the daemon answers {got}, the doc an error"),
             (Err(e), Some(_)) => panic!("{request}: the daemon refuses it: {e}"),
         }
+    }
+}
+
+/// Condition times are the clock's: the doc's stand for any.
+fn without_times(mut v: Value) -> Value {
+    match &mut v {
+        Value::Object(o) => {
+            if o.contains_key("lastTransitionTime") {
+                o.insert("lastTransitionTime".into(), json!("T"));
+            }
+            for x in o.values_mut() {
+                *x = without_times(x.take());
+            }
+        }
+        Value::Array(a) => {
+            for x in a.iter_mut() {
+                *x = without_times(x.take());
+            }
+        }
+        _ => {}
+    }
+    v
+}
+
+/// The network examples are what the daemon's network handlers answer, in order.
+#[test]
+fn network_examples_are_what_the_daemon_does() {
+    let mut state = example_state();
+    for (request, response) in exchanges(section("### `network.apply`", "## Drop reasons")) {
+        let params = request.get("params").cloned().unwrap_or(Value::Null);
+        let method = request["method"].as_str().unwrap_or_default();
+        let answer = state
+            .call(method, &params)
+            .expect("a state method")
+            .map(without_times);
+        check_answer(&request, &without_times(response), answer);
     }
 }
 

@@ -38,6 +38,60 @@ impl Topology {
         format!("{}-{n}", self.0)
     }
 
+    /// Adds a pod namespace `n` joined to ferruled's namespace by a veth pair: `eth0`
+    /// (MAC `mac`, transmit checksumming off) in the pod, `fr_if` on ferruled's side;
+    /// both up, no address (the test gives them). Deleted with the topology.
+    pub fn add_pod(&self, n: &str, fr_if: &str, mac: &str) {
+        let sh = |args: &[&str]| {
+            let o = Command::new(args[0])
+                .args(&args[1..])
+                .stdin(Stdio::null())
+                .output()
+                .expect("run");
+            assert!(o.status.success(), "{args:?}: {}", text(&o));
+        };
+        let (pod, fr) = (self.ns(n), self.ns("fr"));
+        sh(&["ip", "netns", "add", &pod]);
+        sh(&["ip", "-n", &pod, "link", "set", "lo", "up"]);
+        sh(&[
+            "ip", "link", "add", fr_if, "netns", &fr, "type", "veth", "peer", "name", "eth0",
+            "netns", &pod,
+        ]);
+        sh(&["ip", "-n", &pod, "link", "set", "eth0", "address", mac]);
+        sh(&[
+            "ip", "netns", "exec", &pod, "ethtool", "-K", "eth0", "tx", "off",
+        ]);
+        sh(&[
+            "ip",
+            "netns",
+            "exec",
+            &pod,
+            "sysctl",
+            "-qw",
+            "net.ipv6.conf.all.disable_ipv6=1",
+        ]);
+        sh(&["ip", "-n", &fr, "link", "set", fr_if, "up"]);
+        sh(&["ip", "-n", &pod, "link", "set", "eth0", "up"]);
+    }
+
+    /// Addresses pod namespace `n`'s `eth0` with `addr`/32, a link route to `gateway`
+    /// and the default route through it.
+    pub fn address_pod(&self, n: &str, addr: &str, gateway: &str) {
+        let host = format!("{addr}/32");
+        for args in [
+            vec!["ip", "addr", "add", &host, "dev", "eth0"],
+            vec![
+                "ip", "route", "add", gateway, "dev", "eth0", "scope", "link",
+            ],
+            vec![
+                "ip", "route", "add", "default", "via", gateway, "dev", "eth0",
+            ],
+        ] {
+            let o = self.run(n, &args);
+            assert!(o.status.success(), "{args:?}: {}", text(&o));
+        }
+    }
+
     /// Runs a command inside namespace `n`.
     pub fn run(&self, n: &str, args: &[&str]) -> Output {
         Command::new("ip")

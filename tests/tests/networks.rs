@@ -1,0 +1,421 @@
+//! End-to-end user-defined networks with real kernel stacks: two Layer3 primary
+//! networks (UserDefinedNetwork manifests applied with `ferrulectl network apply`) with
+//! the same subnet, a pod in each with the same address handed out by each network's
+//! IPAM; both pods fetch 2 MiB each way from one server outside the node from the same
+//! source port at the same time: the server sees two distinct masqueraded tuples, every
+//! byte arrives intact both ways, each reply reaches its own pod. A user-defined pod
+//! cannot reach the default network's pods (dropped and counted); nothing outside can
+//! open a connection to it; a network in use cannot be deleted, and can once its pod
+//! is gone.
+
+use ferrule_e2e::topology::*;
+use ferrule_e2e::Ferruled;
+use serde_json::Value;
+use std::io::Write;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+/// An address of the router's own, outside the VPC.
+const INTERNET: &str = "203.0.113.1";
+
+/// Serves two TCP connections at once: each receives until the client's shutdown,
+/// then gets back `peer bytes sha256` followed by 2 MiB derived from its peer port.
+const SERVER: &str = r#"
+import socket, hashlib, sys, threading
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(4)
+print("listening", flush=True)
+peers = []
+def serve(c, peer):
+    h = hashlib.sha256(); n = 0
+    while True:
+        b = c.recv(65536)
+        if not b: break
+        h.update(b); n += len(b)
+    back = bytes(((i * 13) ^ (peer[1] & 0xff)) & 0xff for i in range(2 * 1024 * 1024))
+    c.sendall(f"{peer[0]}:{peer[1]} {n} {h.hexdigest()} {hashlib.sha256(back).hexdigest()}\n".encode() + back)
+    c.close()
+ts = []
+for _ in range(2):
+    c, peer = s.accept(); peers.append(f"{peer[0]}:{peer[1]}")
+    t = threading.Thread(target=serve, args=(c, peer)); t.start(); ts.append(t)
+for t in ts: t.join()
+print(" ".join(peers), flush=True)
+"#;
+
+/// Connects from source port argv[3], sends 2 MiB (seeded by argv[4]), reads the
+/// answer line and 2 MiB back: prints `peer received-bytes hash-ok back-bytes back-ok`.
+const CLIENT: &str = r#"
+import socket, hashlib, sys, time
+seed = int(sys.argv[4])
+data = bytes((i * 7 + seed + (i >> 8)) & 0xff for i in range(2 * 1024 * 1024))
+c = socket.socket(); c.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+c.bind(("0.0.0.0", int(sys.argv[3]))); c.settimeout(30)
+c.connect((sys.argv[1], int(sys.argv[2])))
+c.sendall(data); c.shutdown(socket.SHUT_WR)
+buf = b""
+while True:
+    b = c.recv(65536)
+    if not b: break
+    buf += b
+line, _, back = buf.partition(b"\n")
+peer, n, h, hb = line.decode().split()
+print(peer, n, h == hashlib.sha256(data).hexdigest(), len(back), hb == hashlib.sha256(back).hexdigest(), flush=True)
+"#;
+
+/// A python script in a namespace, killed when dropped.
+struct Script(Option<Child>);
+
+impl Script {
+    fn start(
+        topo: &Topology,
+        ns: &str,
+        dir: &Path,
+        name: &str,
+        code: &str,
+        args: &[&str],
+    ) -> Script {
+        let path = dir.join(name);
+        std::fs::File::create(&path)
+            .and_then(|mut f| f.write_all(code.as_bytes()))
+            .expect("write script");
+        let child = Command::new("ip")
+            .args(["netns", "exec", &topo.ns(ns), "timeout", "60", "python3"])
+            .arg(&path)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("python3");
+        Script(Some(child))
+    }
+
+    fn line(&mut self) -> String {
+        use std::io::BufRead;
+        let out = self
+            .0
+            .as_mut()
+            .and_then(|c| c.stdout.as_mut())
+            .expect("stdout");
+        let mut line = String::new();
+        std::io::BufReader::new(out)
+            .read_line(&mut line)
+            .expect("read");
+        line.trim().to_string()
+    }
+
+    fn finish(mut self) -> (bool, String) {
+        let out = self
+            .0
+            .take()
+            .expect("running")
+            .wait_with_output()
+            .expect("wait");
+        (
+            out.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    }
+}
+
+impl Drop for Script {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.0 {
+            ferrule_e2e::stop_timeout_child(child);
+        }
+    }
+}
+
+/// Two namespaces asking for a primary network, and a Layer3 primary network with the
+/// same subnet in each.
+const MANIFESTS: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: blue
+  labels: {k8s.ovn.org/primary-user-defined-network: ""}
+---
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: red
+  labels: {k8s.ovn.org/primary-user-defined-network: ""}
+---
+apiVersion: k8s.ovn.org/v1
+kind: UserDefinedNetwork
+metadata: {name: tenant, namespace: blue}
+spec:
+  topology: Layer3
+  role: Primary
+  subnets: ["10.128.0.0/16/24"]
+---
+apiVersion: k8s.ovn.org/v1
+kind: UserDefinedNetwork
+metadata: {name: tenant, namespace: red}
+spec:
+  topology: Layer3
+  role: Primary
+  subnets: ["10.128.0.0/16/24"]
+"#;
+
+/// The demo topology's configuration with the demo pods' subnet as the cluster
+/// default network's.
+fn udn_config(prefix: &str) -> String {
+    format!(
+        "{}\n[networks]\ncluster_subnets = [\"10.1.0.0/16\"]\n",
+        config(prefix)
+    )
+}
+
+fn ok(o: &std::process::Output) -> String {
+    assert!(o.status.success(), "{}", text(o));
+    text(o)
+}
+
+fn diagnostics(d: &Ferruled) -> String {
+    format!(
+        "{}\n{}\n{}\n{}",
+        text(&d.ctl(&["stats"])),
+        text(&d.ctl(&["ct", "dump"])),
+        text(&d.ctl(&["network", "list"])),
+        d.log_text()
+    )
+}
+
+/// Attaches pod namespace `n` (veth `fr_if`, MAC `mac`) to network `net` as pod
+/// `pod`, with the address the network's IPAM gives; returns it and the gateway.
+fn attach(
+    topo: &Topology,
+    d: &Ferruled,
+    n: &str,
+    fr_if: &str,
+    mac: &str,
+    net: &str,
+    pod: &str,
+) -> (String, String) {
+    topo.add_pod(n, fr_if, mac);
+    let port = d.ctl_json(&[
+        "port",
+        "add",
+        n,
+        "--af-packet",
+        fr_if,
+        "--network",
+        net,
+        "--mac",
+        mac,
+        "--pod",
+        pod,
+    ]);
+    let ip = port["ips"][0]
+        .as_str()
+        .unwrap_or_else(|| panic!("an address from IPAM: {port:#}"))
+        .to_string();
+    let gw = port["gateway_ip"].as_str().expect("gateway").to_string();
+    topo.address_pod(n, &ip, &gw);
+    (ip, gw)
+}
+
+#[test]
+fn overlapping_layer3_networks_egress_masqueraded_isolated_and_deletable_when_unused() {
+    let topo = Topology::up("u");
+    ok(&topo.run(
+        "rt",
+        &["ip", "addr", "add", &format!("{INTERNET}/32"), "dev", "lo"],
+    ));
+    ok(&topo.run("rt", &["ip", "route", "del", "10.1.0.0/16"]));
+    let mut d = topo.ferruled_with("udn", udn_config);
+    ok(&d.ctl(&[
+        "vpc",
+        "set",
+        "--node-ip",
+        "192.0.2.10",
+        "--vpc-cidr",
+        "192.0.2.0/24",
+        "--vpc-cidr",
+        "10.1.0.0/16",
+    ]));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let manifests = dir.path().join("udn.yaml");
+    std::fs::write(&manifests, MANIFESTS).expect("write manifests");
+    let applied = ok(&d.ctl(&["network", "apply", "-f", manifests.to_str().expect("path")]));
+    assert!(applied.contains("network blue.tenant created"), "{applied}");
+    assert!(applied.contains("network red.tenant created"), "{applied}");
+
+    let list = d.ctl_json(&["network", "list"]);
+    let net = |name: &str| -> Value {
+        list["networks"]
+            .as_array()
+            .expect("networks")
+            .iter()
+            .find(|n| n["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("{name}: {list:#}"))
+    };
+    let (blue, red) = (net("blue.tenant"), net("red.tenant"));
+    assert_ne!(blue["zone"], red["zone"], "a zone each: {list:#}");
+    for n in [&blue, &red] {
+        assert_eq!(n["node_subnets"][0], "10.128.0.0/24", "{n:#}");
+        assert_eq!(n["gateways"][0], "10.128.0.1", "{n:#}");
+        assert!(
+            n["conditions"]
+                .as_array()
+                .expect("conditions")
+                .iter()
+                .all(|c| c["status"] == "True"),
+            "{n:#}"
+        );
+    }
+
+    let (ip_a, gw_a) = attach(
+        &topo,
+        &d,
+        "ua",
+        "vua",
+        "02:00:00:80:00:0a",
+        "blue.tenant",
+        "blue/a",
+    );
+    let (ip_b, _) = attach(
+        &topo,
+        &d,
+        "ub",
+        "vub",
+        "02:00:00:80:00:0b",
+        "red.tenant",
+        "red/b",
+    );
+    assert_eq!(
+        ip_a, ip_b,
+        "each network's IPAM hands out the same first address"
+    );
+    assert_eq!((ip_a.as_str(), gw_a.as_str()), ("10.128.0.2", "10.128.0.1"));
+    // The gateway router answers on each network.
+    ok(&ping(&topo, "ua", &["10.128.0.1"]));
+    ok(&ping(&topo, "ub", &["10.128.0.1"]));
+
+    // Both pods, same address, same source port, same server, at the same time.
+    let mut server = Script::start(
+        &topo,
+        "rt",
+        dir.path(),
+        "srv.py",
+        SERVER,
+        &[INTERNET, "8080"],
+    );
+    assert_eq!(server.line(), "listening");
+    let ca = Script::start(
+        &topo,
+        "ua",
+        dir.path(),
+        "cli.py",
+        CLIENT,
+        &[INTERNET, "8080", "40000", "1"],
+    );
+    let cb = Script::start(
+        &topo,
+        "ub",
+        dir.path(),
+        "cli.py",
+        CLIENT,
+        &[INTERNET, "8080", "40000", "2"],
+    );
+    let (ok_a, out_a) = ca.finish();
+    let (ok_b, out_b) = cb.finish();
+    assert!(
+        ok_a && ok_b,
+        "clients: {out_a} / {out_b}\n{}",
+        diagnostics(&d)
+    );
+    let (_, peers) = server
+        .0
+        .take()
+        .map(|c| Script(Some(c)).finish())
+        .expect("server");
+    let mut seen = Vec::new();
+    for out in [&out_a, &out_b] {
+        let w: Vec<&str> = out.split_whitespace().collect();
+        assert_eq!(w.len(), 5, "{out}");
+        assert!(
+            w[0].starts_with("192.0.2.10:"),
+            "masqueraded to the node IP: {out}"
+        );
+        assert_eq!(
+            (w[1], w[2], w[3], w[4]),
+            ("2097152", "True", "2097152", "True"),
+            "byte-exact both ways: {out}"
+        );
+        seen.push(w[0].to_string());
+    }
+    assert_ne!(seen[0], seen[1], "distinct external tuples: {seen:?}");
+    for s in &seen {
+        assert!(peers.contains(s.as_str()), "the server saw {s}: {peers}");
+    }
+    // Each network tracks its own connection, in its own zone.
+    let ct = d.ctl_json(&["ct", "dump", "--proto", "tcp"]);
+    let zones: Vec<&str> = ct["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .filter(|e| e["original"]["sport"] == 40000)
+        .filter_map(|e| e["network"].as_str())
+        .collect();
+    assert!(
+        zones.contains(&"blue.tenant") && zones.contains(&"red.tenant"),
+        "{ct:#}"
+    );
+
+    // Isolation: the default network's pods are another network.
+    let stats = d.ctl_json(&["stats"]);
+    let before = drops(&stats, "network-isolation");
+    let o = ping(&topo, "ua", &["10.1.0.2"]);
+    assert!(
+        !o.status.success(),
+        "a user-defined pod reaches a default-network pod: {}",
+        text(&o)
+    );
+    let stats = d.ctl_json(&["stats"]);
+    assert!(
+        drops(&stats, "network-isolation") >= before + 2,
+        "{stats:#}"
+    );
+    // Nothing outside opens a connection to a pod of the network: the router routes
+    // 10.128.0.0/16 to the node, which has no such route in the default network.
+    ok(&topo.run(
+        "rt",
+        &["ip", "route", "add", "10.128.0.0/16", "via", "192.0.2.10"],
+    ));
+    let o = ping(&topo, "rt", &["-I", INTERNET, &ip_a]);
+    assert!(
+        !o.status.success(),
+        "unsolicited traffic reached a user-defined pod: {}",
+        text(&o)
+    );
+
+    // Deleting a network in use is refused; once its pod is gone it is deleted.
+    let o = d.ctl(&["network", "del", "blue.tenant"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("in use by 1 pod"), "{}", text(&o));
+    ok(&d.ctl(&["port", "del", "ua"]));
+    ok(&d.ctl(&["network", "del", "blue.tenant"]));
+    let list = d.ctl_json(&["network", "list"]);
+    assert!(!list.to_string().contains("blue.tenant"), "{list:#}");
+    assert!(list.to_string().contains("red.tenant"), "{list:#}");
+    // Re-applying a changed spec is refused.
+    let changed = MANIFESTS.replace("10.128.0.0/16/24", "10.129.0.0/16/24");
+    std::fs::write(&manifests, changed).expect("write");
+    let o = d.ctl(&["network", "apply", "-f", manifests.to_str().expect("path")]);
+    assert!(
+        !o.status.success() && text(&o).contains("Spec is immutable"),
+        "{}",
+        text(&o)
+    );
+
+    let status = d.terminate();
+    assert!(status.success(), "{}", d.log_text());
+}
