@@ -1,22 +1,32 @@
 //! ADD, DEL and CHECK: IPAM delegated, the pod's interface set up (a veth pair, or a
 //! vhost-user socket), and the node end attached to `ferruled` as a pod port that
-//! records the pod as `namespace/name`.
+//! records the pod as `namespace/name`. A pod whose namespace has a primary
+//! user-defined network gets, in the same ADD, a second interface (`ovn-udn1`) on that
+//! network — its address from the network's IPAM in ferruled, the default route
+//! through it — while the first one (the default network's) keeps only routes to the
+//! Kubernetes API and DNS addresses, as OVN-Kubernetes attaches such pods.
 
 use crate::ipam;
 use crate::link::{self, PodRouting, PodSide, GATEWAY_V4, GATEWAY_V6};
 use crate::spec::{
-    code, CallEnv, CniError, CniResult, Interface, NetConf, ResultInterface, ResultIp, ResultRoute,
-    VethDriver,
+    code, parse_cidr, CallEnv, CniError, CniResult, Interface, NetConf, ResultInterface, ResultIp,
+    ResultRoute, VethDriver,
 };
 use ferrule_api::client::{Client, ClientError};
+use ferrule_api::network::{NetworkLookup, NetworkLookupResult, PrimaryNetwork};
 use ferrule_api::rpc::INVALID_PARAMS;
 use ferrule_api::{
-    method, port_method, PortAdd, PortDel, PortDevice, PortInfo, PortRole, PortsList,
+    method, network_method, port_method, PortAdd, PortDel, PortDevice, PortInfo, PortRole,
+    PortsList,
 };
+use ferrule_dataplane::wire::IpCidr;
 use serde_json::Value;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
+
+/// The interface a pod's primary user-defined network gets (OVN-Kubernetes' name).
+pub const UDN_IFNAME: &str = "ovn-udn1";
 
 /// How long one call to `ferruled` may take.
 const FERRULED_TIMEOUT: Duration = Duration::from_secs(30);
@@ -111,8 +121,19 @@ pub fn add(env: &CallEnv, conf: &NetConf, raw_conf: &[u8]) -> Result<CniResult, 
         .netns
         .clone()
         .ok_or_else(|| CniError::new(code::INVALID_ENVIRONMENT, "CNI_NETNS is not set", ""))?;
+    // A namespace asking for a primary network that does not exist yet gets no pod.
+    let lookup = match env.pod() {
+        Some(pod) => primary_network(conf, &pod)?,
+        None => NetworkLookupResult::default(),
+    };
     let allocated = ipam::add(&plugin, env, raw_conf)?;
-    let outcome = attach(env, conf, &netns, &allocated);
+    let mut outcome = attach(env, conf, &netns, &allocated, &lookup);
+    if let (Ok(result), Some(primary)) = (&mut outcome, &lookup.primary) {
+        if let Err(e) = attach_primary(env, conf, &netns, primary, result) {
+            let _ = detach(env, conf, &env.ifname);
+            outcome = Err(e);
+        }
+    }
     if outcome.is_err() {
         // Give the addresses back: the container gets no network from this call.
         let _ = ipam::del(&plugin, env, raw_conf);
@@ -120,12 +141,181 @@ pub fn add(env: &CallEnv, conf: &NetConf, raw_conf: &[u8]) -> Result<CniResult, 
     outcome
 }
 
+/// The pod's namespace's primary user-defined network, if any (`network.lookup`).
+fn primary_network(conf: &NetConf, pod: &str) -> Result<NetworkLookupResult, CniError> {
+    let namespace = pod.split_once('/').map_or(pod, |(ns, _)| ns).to_string();
+    let mut client = connect(conf)?;
+    let params = serde_json::to_value(NetworkLookup { namespace }).map_err(|e| {
+        CniError::new(
+            code::FERRULED,
+            "cannot encode network.lookup",
+            e.to_string(),
+        )
+    })?;
+    match client.call_typed(network_method::LOOKUP, params) {
+        Ok(r) => Ok(r),
+        // An older ferruled: no user-defined networks.
+        Err(ClientError::Rpc(e)) if e.code == ferrule_api::rpc::METHOD_NOT_FOUND => {
+            Ok(NetworkLookupResult::default())
+        }
+        Err(ClientError::Rpc(e)) if e.code == INVALID_PARAMS => Err(CniError::new(
+            code::FERRULED,
+            format!("pod {pod} cannot be attached yet"),
+            e.message,
+        )),
+        Err(e) => Err(ferruled_err("cannot look the pod's networks up", e)),
+    }
+}
+
+/// The second interface of a pod whose namespace has a primary network: a veth to a
+/// port on that network, addressed by the network's IPAM, carrying the default route.
+fn attach_primary(
+    env: &CallEnv,
+    conf: &NetConf,
+    netns: &std::path::Path,
+    primary: &PrimaryNetwork,
+    result: &mut CniResult,
+) -> Result<(), CniError> {
+    if conf.interface != Interface::Veth {
+        return Err(CniError::new(
+            code::INVALID_NETWORK_CONFIG,
+            format!(
+                "the pod's namespace has the primary network {}, which needs \"interface\": \"veth\"",
+                primary.name
+            ),
+            "",
+        ));
+    }
+    let ifname = UDN_IFNAME;
+    let host = host_veth_name(&env.container_id, ifname);
+    let name = port_name(&env.container_id, ifname);
+    let mut gateway_v4 = GATEWAY_V4;
+    let mut gateway_v6 = GATEWAY_V6;
+    for g in &primary.gateways {
+        match g.parse::<IpAddr>() {
+            Ok(IpAddr::V4(a)) => gateway_v4 = a,
+            Ok(IpAddr::V6(a)) => gateway_v6 = a,
+            Err(_) => {}
+        }
+    }
+    let routes: Vec<IpCidr> = primary
+        .routes
+        .iter()
+        .filter_map(|r| parse_cidr(r))
+        .collect();
+    let mut side = PodSide {
+        netns: netns.to_path_buf(),
+        ifname: ifname.to_string(),
+        addresses: Vec::new(),
+        mtu: primary.mtu,
+        routing: PodRouting {
+            gateway_v4,
+            gateway_v6,
+            default_route: true,
+            routes,
+        },
+    };
+    let veth = link::add_veth(&host, &side)?;
+    let mut client = connect(conf)?;
+    let mut request_conf = conf.clone();
+    request_conf.network = primary.name.clone();
+    let added = add_veth_port(
+        &mut client,
+        &request_conf,
+        env,
+        &name,
+        &host,
+        &veth.pod_mac,
+        &[],
+        primary.mtu,
+    );
+    let info = match added {
+        Ok(info) => info,
+        Err(e) => {
+            let _ = link::del_veth(&host);
+            return Err(e);
+        }
+    };
+    side.addresses = info.ips.iter().filter_map(|a| a.parse().ok()).collect();
+    if let Err(e) = link::address_pod(&side) {
+        let _ = detach(env, conf, ifname);
+        return Err(e);
+    }
+    let host_index = result.interfaces.len();
+    result.interfaces.push(ResultInterface {
+        name: host,
+        mac: info.mac.clone(),
+        sandbox: String::new(),
+        socket_path: String::new(),
+    });
+    result.interfaces.push(ResultInterface {
+        name: ifname.to_string(),
+        mac: veth.pod_mac,
+        sandbox: netns.display().to_string(),
+        socket_path: String::new(),
+    });
+    // The default route is the primary network's now.
+    result
+        .routes
+        .retain(|r| r.dst != "0.0.0.0/0" && r.dst != "::/0");
+    for a in &side.addresses {
+        let (gateway, default, len) = match a {
+            IpAddr::V4(_) => (IpAddr::V4(gateway_v4), "0.0.0.0/0", 32),
+            IpAddr::V6(_) => (IpAddr::V6(gateway_v6), "::/0", 128),
+        };
+        result.ips.push(ResultIp {
+            version: None,
+            address: format!("{a}/{len}"),
+            gateway: Some(gateway.to_string()),
+            interface: Some(host_index + 1),
+        });
+        result.routes.push(ResultRoute {
+            dst: default.to_string(),
+            gw: Some(gateway.to_string()),
+        });
+    }
+    Ok(())
+}
+
+/// Removes a container interface's port and veth; each gone already is fine.
+fn detach(env: &CallEnv, conf: &NetConf, ifname: &str) -> Result<(), CniError> {
+    let name = port_name(&env.container_id, ifname);
+    let mut client = connect(conf)?;
+    let params = serde_json::to_value(PortDel { name: name.clone() })
+        .map_err(|e| CniError::new(code::FERRULED, "cannot encode port.del", e.to_string()))?;
+    match client.call(port_method::DEL, params) {
+        Ok(_) => {}
+        Err(ClientError::Rpc(e))
+            if e.code == INVALID_PARAMS && e.message.contains("no port named") => {}
+        Err(e) => return Err(ferruled_err(&format!("cannot delete port {name}"), e)),
+    }
+    if conf.interface == Interface::Veth {
+        link::del_veth(&host_veth_name(&env.container_id, ifname))?;
+    }
+    Ok(())
+}
+
 fn attach(
     env: &CallEnv,
     conf: &NetConf,
     netns: &std::path::Path,
     allocated: &CniResult,
+    lookup: &NetworkLookupResult,
 ) -> Result<CniResult, CniError> {
+    // With a primary network, the default network's interface routes only the
+    // Kubernetes API and DNS addresses (ferruled drops everything else on it).
+    let routing = match lookup.primary {
+        None => PodRouting::default(),
+        Some(_) => PodRouting {
+            default_route: false,
+            routes: lookup
+                .default_network_routes
+                .iter()
+                .filter_map(|r| parse_cidr(r))
+                .collect(),
+            ..PodRouting::default()
+        },
+    };
     let cidrs = allocated
         .ips
         .iter()
@@ -145,7 +335,7 @@ fn attach(
                     ifname: env.ifname.clone(),
                     addresses: addresses.clone(),
                     mtu,
-                    routing: PodRouting::default(),
+                    routing: routing.clone(),
                 },
             )?;
             let added = add_veth_port(
@@ -223,12 +413,27 @@ fn attach(
             gateway: Some(gateway.to_string()),
             interface: Some(pod_index),
         });
+        if lookup.primary.is_some() {
+            continue;
+        }
         let route = ResultRoute {
             dst: default.to_string(),
             gw: Some(gateway.to_string()),
         };
         if !routes.contains(&route) {
             routes.push(route);
+        }
+    }
+    if lookup.primary.is_some() {
+        for r in &routing.routes {
+            let gw = match r.address() {
+                IpAddr::V4(_) => IpAddr::V4(GATEWAY_V4),
+                IpAddr::V6(_) => IpAddr::V6(GATEWAY_V6),
+            };
+            routes.push(ResultRoute {
+                dst: r.to_string(),
+                gw: Some(gw.to_string()),
+            });
         }
     }
     Ok(CniResult {
@@ -294,19 +499,10 @@ fn call_port_add(client: &mut Client, request: &PortAdd) -> Result<PortInfo, Cni
 
 /// DEL: removes the port, the veth and the addresses; each gone already is fine.
 pub fn del(env: &CallEnv, conf: &NetConf, raw_conf: &[u8]) -> Result<(), CniError> {
-    let name = port_name(&env.container_id, &env.ifname);
-    let mut client = connect(conf)?;
-    let params = serde_json::to_value(PortDel { name: name.clone() })
-        .map_err(|e| CniError::new(code::FERRULED, "cannot encode port.del", e.to_string()))?;
-    match client.call(port_method::DEL, params) {
-        Ok(_) => {}
-        Err(ClientError::Rpc(e))
-            if e.code == INVALID_PARAMS && e.message.contains("no port named") => {}
-        Err(e) => return Err(ferruled_err(&format!("cannot delete port {name}"), e)),
-    }
-    if conf.interface == Interface::Veth {
-        link::del_veth(&host_veth_name(&env.container_id, &env.ifname))?;
-    }
+    // The primary network's interface, if the ADD made one (its address goes back to
+    // the network's IPAM with the port), then the default network's.
+    detach(env, conf, UDN_IFNAME)?;
+    detach(env, conf, &env.ifname)?;
     if let Some(plugin) = ipam_plugin(conf, env)? {
         ipam::del(&plugin, env, raw_conf)?;
     }
@@ -339,9 +535,13 @@ pub fn check(env: &CallEnv, conf: &NetConf, raw_conf: &[u8]) -> Result<(), CniEr
             env.pod()
         )));
     }
+    // The default network's interface's addresses (the primary network's interface,
+    // if any, is checked against ferruled's port below).
+    let udn_if = prev.interfaces.iter().position(|i| i.name == UDN_IFNAME);
     let addresses: Vec<IpAddr> = prev
         .ips
         .iter()
+        .filter(|ip| udn_if.is_none() || ip.interface != udn_if)
         .map(|ip| ip.cidr().map(|c| c.address()))
         .collect::<Result<_, _>>()?;
     if conf.interface == Interface::Veth {
@@ -353,13 +553,45 @@ pub fn check(env: &CallEnv, conf: &NetConf, raw_conf: &[u8]) -> Result<(), CniEr
             .netns
             .clone()
             .ok_or_else(|| CniError::new(code::INVALID_ENVIRONMENT, "CNI_NETNS is not set", ""))?;
+        let primary = match env.pod() {
+            Some(pod) => primary_network(conf, &pod)?.primary,
+            None => None,
+        };
+        let default_route = primary.is_none();
         link::check_pod(&PodSide {
-            netns,
+            netns: netns.clone(),
             ifname: env.ifname.clone(),
             addresses,
             mtu: conf.mtu.unwrap_or(1500),
-            routing: PodRouting::default(),
+            routing: PodRouting {
+                default_route,
+                ..PodRouting::default()
+            },
         })?;
+        if let Some(primary) = primary {
+            let name = port_name(&env.container_id, UDN_IFNAME);
+            let udn =
+                list.ports.iter().find(|p| p.name == name).ok_or_else(|| {
+                    fail(format!("ferruled has no port {name} on {}", primary.name))
+                })?;
+            link::check_pod(&PodSide {
+                netns,
+                ifname: UDN_IFNAME.to_string(),
+                addresses: udn.ips.iter().filter_map(|a| a.parse().ok()).collect(),
+                mtu: primary.mtu,
+                routing: PodRouting {
+                    gateway_v4: primary
+                        .gateways
+                        .iter()
+                        .find_map(|g| match g.parse() {
+                            Ok(IpAddr::V4(a)) => Some(a),
+                            _ => None,
+                        })
+                        .unwrap_or(GATEWAY_V4),
+                    ..PodRouting::default()
+                },
+            })?;
+        }
     }
     if let Some(plugin) = ipam_plugin(conf, env)? {
         ipam::check(&plugin, env, raw_conf)?;

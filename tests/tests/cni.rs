@@ -1150,3 +1150,158 @@ fn pods_are_bound_by_namespace_and_name_and_policy_waits_for_them() {
         assert!(ok, "{v}");
     }
 }
+
+const BLUE_NETWORK: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: blue
+  labels: {k8s.ovn.org/primary-user-defined-network: ""}
+---
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: green
+  labels: {k8s.ovn.org/primary-user-defined-network: ""}
+---
+apiVersion: k8s.ovn.org/v1
+kind: UserDefinedNetwork
+metadata: {name: tenant, namespace: blue}
+spec: {topology: Layer3, role: Primary, subnets: ["10.128.0.0/16/24"], mtu: 1400}
+"#;
+
+#[test]
+fn a_pod_of_a_primary_network_namespace_gets_both_interfaces_in_one_add() {
+    let prefix = unique_prefix("cniudn");
+    let tag = std::process::id() % 100_000;
+    let router = Netns::router(&format!("fur{tag}"), &format!("fuu{tag}"));
+    // "The internet" beyond the router, besides 203.0.113.1 (which stands for the
+    // Kubernetes API here: the default network's interface still reaches it).
+    router.exec(&["ip", "addr", "add", "198.51.100.1/32", "dev", "lo"]);
+    let vhost = tempfile::tempdir().unwrap();
+    let d = ferruled_with_uplink_and(
+        &prefix,
+        router.root_end.as_deref().unwrap(),
+        vhost.path(),
+        "[networks]\ncluster_subnets = [\"10.1.0.0/16\"]\ndefault_network_allow = [\"203.0.113.1/32\"]\n",
+    );
+    let manifests = vhost.path().join("blue.yaml");
+    std::fs::write(&manifests, BLUE_NETWORK).unwrap();
+    let o = d.ctl(&["network", "apply", "-f", manifests.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+
+    // A namespace that asks for a primary network that does not exist gets no pod.
+    let lost = Netns::new(&format!("fug{tag}"));
+    let conf = static_conf(&d.socket, vhost.path(), "10.1.0.40/24");
+    let (ok, v) = plugin_for("ADD", "g-1", ("green", "web"), &lost.path(), &conf);
+    assert!(!ok, "{v}");
+    assert!(v.to_string().contains("cannot be attached yet"), "{v}");
+    assert!(d.ctl_json(&["ports"])["ports"].as_array().unwrap().len() == 1);
+
+    let pod = Netns::new(&format!("fub{tag}"));
+    let conf = static_conf(&d.socket, vhost.path(), "10.1.0.41/24");
+    let (ok, result) = plugin_for("ADD", "b-1", ("blue", "web"), &pod.path(), &conf);
+    assert!(ok, "{result}\n{}", d.log_text());
+    let names: Vec<&str> = result["interfaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|i| i["name"].as_str())
+        .collect();
+    assert_eq!(names.len(), 4, "{result}");
+    assert_eq!((names[1], names[3]), ("eth0", "ovn-udn1"), "{result}");
+    let ips: Vec<(&str, u64)> = result["ips"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            (
+                i["address"].as_str().unwrap(),
+                i["interface"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(ips, [("10.1.0.41/32", 1), ("10.128.0.2/32", 3)], "{result}");
+    let routes = result["routes"].to_string();
+    assert!(
+        routes.contains(r#"{"dst":"0.0.0.0/0","gw":"10.128.0.1"}"#),
+        "{result}"
+    );
+    assert!(
+        routes.contains(r#"{"dst":"203.0.113.1/32","gw":"169.254.1.1"}"#),
+        "{result}"
+    );
+    let table = pod.exec(&["ip", "route"]);
+    assert!(
+        table.contains("default via 10.128.0.1 dev ovn-udn1"),
+        "{table}"
+    );
+    assert!(
+        table.contains("203.0.113.1 via 169.254.1.1 dev eth0"),
+        "{table}"
+    );
+
+    // The primary network carries the default route out, masqueraded; the default
+    // network's interface still reaches "the Kubernetes API".
+    pod.exec(&["ping", "-c", "1", "-W", "2", "198.51.100.1"]);
+    pod.exec(&["ping", "-c", "1", "-W", "2", "203.0.113.1"]);
+    let ports = d.ctl_json(&["ports"]);
+    let locked: Vec<bool> = ports["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["pod"] == "blue/web")
+        .map(|p| p["locked"].as_bool().unwrap_or(false))
+        .collect();
+    assert_eq!(locked.len(), 2, "{ports:#}");
+    assert_eq!(locked.iter().filter(|l| **l).count(), 1, "{ports:#}");
+    // Anything else on the default network's interface is dropped and counted.
+    pod.exec(&[
+        "ip",
+        "route",
+        "add",
+        "198.51.100.1/32",
+        "via",
+        "169.254.1.1",
+        "dev",
+        "eth0",
+    ]);
+    assert!(!sh(&[
+        "ip",
+        "netns",
+        "exec",
+        &pod.name,
+        "ping",
+        "-c",
+        "1",
+        "-W",
+        "1",
+        "198.51.100.1"
+    ])
+    .status
+    .success());
+    let stats = d.ctl_json(&["stats"]);
+    let locked_drops = stats["totals"]["drop_reasons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["reason"] == "default-network-locked")
+        .and_then(|r| r["packets"].as_u64())
+        .unwrap_or(0);
+    assert!(locked_drops >= 1, "{stats:#}");
+    pod.exec(&["ip", "route", "del", "198.51.100.1/32"]);
+
+    // CHECK knows both interfaces; DEL removes both and gives the address back.
+    let mut check = conf.clone();
+    check["prevResult"] = result.clone();
+    let (ok, v) = plugin_for("CHECK", "b-1", ("blue", "web"), &pod.path(), &check);
+    assert!(ok, "{v}");
+    let (ok, v) = plugin_for("DEL", "b-1", ("blue", "web"), &pod.path(), &conf);
+    assert!(ok, "{v}");
+    assert_eq!(d.ctl_json(&["ports"])["ports"].as_array().unwrap().len(), 1);
+    let list = d.ctl_json(&["network", "list", "blue.tenant"]);
+    assert_eq!(list["networks"][0]["allocated"], 0, "{list:#}");
+    // Now the network can go.
+    let o = d.ctl(&["network", "del", "blue.tenant"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
