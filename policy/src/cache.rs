@@ -375,6 +375,45 @@ pub fn parse_text(text: &str, source: &str) -> Result<(Vec<Object>, Vec<String>)
     Ok((objects, warnings))
 }
 
+/// The kinds ferruled's `network.apply` takes.
+pub const NETWORK_KINDS: [&str; 3] = ["Namespace", "UserDefinedNetwork", "ClusterUserDefinedNetwork"];
+
+/// The user-defined networks and Namespaces of the manifests under `path` (a file or
+/// directory, as [`load_path`] reads it), as JSON objects for `network.apply`; `kind:
+/// List` items flattened. Other kinds are left out.
+pub fn network_objects(path: &Path) -> Result<Vec<Value>, PolicyError> {
+    let mut files = Vec::new();
+    collect_files(path, &mut files)?;
+    let mut out = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).map_err(|source| PolicyError::Io {
+            path: f.clone(),
+            source,
+        })?;
+        for (i, doc) in serde_yaml::Deserializer::from_str(&text).enumerate() {
+            let value = Value::deserialize(doc).map_err(|e| PolicyError::Document {
+                source_name: f.display().to_string(),
+                doc: i + 1,
+                detail: format!("invalid YAML: {e}"),
+            })?;
+            let items = match value.get("kind").and_then(Value::as_str) {
+                Some(k) if k.ends_with("List") => value
+                    .get("items")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default(),
+                _ => vec![value],
+            };
+            out.extend(items.into_iter().filter(|v| {
+                v.get("kind")
+                    .and_then(Value::as_str)
+                    .is_some_and(|k| NETWORK_KINDS.contains(&k))
+            }));
+        }
+    }
+    Ok(out)
+}
+
 fn parse_value(
     value: Value,
     source: &str,
@@ -451,6 +490,8 @@ fn parse_value(
             doc,
             detail: "kind: required".into(),
         }),
+        // Read by the agent's network sync (`network_objects`), not by the renderer.
+        "UserDefinedNetwork" | "ClusterUserDefinedNetwork" => Ok(()),
         other => {
             warnings.push(format!(
                 "{source}: document {doc}: skipping {other} {}{name} (only Namespace, Pod and NetworkPolicy are read)",

@@ -3,8 +3,9 @@
 
 use clap::Parser;
 use ferrule_api::client::Client;
-use ferrule_api::{acl_method, AclApplied};
-use ferrule_policy::cache::{collect_files, load_path};
+use ferrule_api::network::{NetworkApplied, NetworkApply, NetworkDel, NetworkList};
+use ferrule_api::{acl_method, network_method, AclApplied};
+use ferrule_policy::cache::{collect_files, load_path, network_objects};
 use ferrule_policy::renderer::Rendered;
 use ferrule_policy::{Engine, Local};
 use std::path::{Path, PathBuf};
@@ -35,7 +36,13 @@ ferruled cannot be reached the apply is retried on every check.\n\n\
 A pod's tables attach to the port that records the pod by namespace and name (the CNI \
 plugin's ADD, `ferrulectl port add NAME --pod NS/NAME`), or to the port named by its \
 annotation ferrule.io/port; tables of a pod whose port does not exist yet wait in \
-ferruled and take effect when it is added. See docs/policy.md. Logging goes to stderr; RUST_LOG sets the level (default info).\n\n\
+ferruled and take effect when it is added.\n\n\
+User-defined networks (UserDefinedNetwork, ClusterUserDefinedNetwork, k8s.ovn.org/v1) \
+and the Namespaces they serve are taken from the same directory: on a change every \
+one is sent with one `network.apply` (all or nothing: an invalid manifest is logged \
+naming its field, and nothing changes until the state does), before the policies; a \
+network this agent created whose manifest is removed is deleted with `network.del`, \
+retried while pods still use it. See docs/networks.md. See docs/policy.md. Logging goes to stderr; RUST_LOG sets the level (default info).\n\n\
 SIGINT or SIGTERM stops the agent (exit 0); the tables in force stay in ferruled.",
     after_help = "EXIT STATUS:\n  0  stopped by SIGINT/SIGTERM, or --once succeeded\n  \
 1  --once failed: invalid state or ferruled unreachable\n  2  bad command line\n\n\
@@ -87,9 +94,128 @@ struct Agent {
     engine: Option<Engine>,
     /// The rendering ferruled has, if the last apply succeeded.
     applied: Option<Rendered>,
+    /// The user-defined networks and Namespaces of the state, as read last.
+    networks: Vec<serde_json::Value>,
+    /// Those ferruled has, if the last sync succeeded.
+    networks_applied: Option<Vec<serde_json::Value>>,
+    /// The networks (kind, object) this agent created: the ones it deletes when their
+    /// manifests go.
+    created: std::collections::BTreeSet<(String, String)>,
+}
+
+/// A network manifest's (kind, object) as `network.list` names it: `namespace/name`
+/// for a UserDefinedNetwork, `name` for a ClusterUserDefinedNetwork.
+fn network_identity(v: &serde_json::Value) -> Option<(String, String)> {
+    let kind = v.get("kind")?.as_str()?;
+    let meta = v.get("metadata")?;
+    let name = meta.get("name")?.as_str()?;
+    match kind {
+        "UserDefinedNetwork" => Some((
+            kind.to_string(),
+            format!("{}/{name}", meta.get("namespace")?.as_str()?),
+        )),
+        "ClusterUserDefinedNetwork" => Some((kind.to_string(), name.to_string())),
+        _ => None,
+    }
 }
 
 impl Agent {
+    /// Reads the state's networks and Namespaces; false (and the networks in force
+    /// kept) when it cannot be read.
+    fn read_networks(&mut self) -> bool {
+        match network_objects(&self.args.state) {
+            Ok(objects) => {
+                self.networks = objects;
+                true
+            }
+            Err(e) => {
+                tracing::error!("networks not read, those in force kept: {e}");
+                false
+            }
+        }
+    }
+
+    /// Brings ferruled's user-defined networks in line with the state: one
+    /// `network.apply` of every network and Namespace (all or nothing; an invalid one
+    /// is logged and retried on the next change), then `network.del` of the networks
+    /// this agent created whose manifests are gone (refused while pods use them:
+    /// retried on every check).
+    fn push_networks(&mut self) -> bool {
+        if self.networks_applied.as_ref() == Some(&self.networks) {
+            return self.delete_gone();
+        }
+        let has_networks = self.networks.iter().any(|v| network_identity(v).is_some());
+        if !has_networks && self.created.is_empty() {
+            self.networks_applied = Some(self.networks.clone());
+            return true;
+        }
+        let request = NetworkApply {
+            objects: self.networks.clone(),
+            dry_run: false,
+        };
+        let reply = Client::connect(&self.args.socket).and_then(|mut c| {
+            c.set_read_timeout(Some(Duration::from_secs(30)))?;
+            let params = serde_json::to_value(&request).unwrap_or_default();
+            c.call_typed::<NetworkApplied>(network_method::APPLY, params)
+        });
+        match reply {
+            Ok(a) => {
+                if !a.created.is_empty() {
+                    tracing::info!("networks created: {}", a.created.join(", "));
+                }
+                for v in &self.networks {
+                    if let Some(id) = network_identity(v) {
+                        self.created.insert(id);
+                    }
+                }
+                self.networks_applied = Some(self.networks.clone());
+                self.delete_gone()
+            }
+            Err(e) => {
+                tracing::error!("network.apply failed (retrying on the next change): {e}");
+                // An invalid manifest is not sent again until the state changes.
+                self.networks_applied = Some(self.networks.clone());
+                false
+            }
+        }
+    }
+
+    fn delete_gone(&mut self) -> bool {
+        let wanted: std::collections::BTreeSet<(String, String)> =
+            self.networks.iter().filter_map(network_identity).collect();
+        let gone: Vec<(String, String)> = self.created.difference(&wanted).cloned().collect();
+        if gone.is_empty() {
+            return true;
+        }
+        let result = Client::connect(&self.args.socket).and_then(|mut c| {
+            c.set_read_timeout(Some(Duration::from_secs(30)))?;
+            let list: NetworkList = c.call_typed(network_method::LIST, serde_json::Value::Null)?;
+            let mut all = true;
+            for (kind, object) in &gone {
+                let Some(n) = list.networks.iter().find(|n| &n.kind == kind && &n.object == object) else {
+                    self.created.remove(&(kind.clone(), object.clone()));
+                    continue;
+                };
+                let params = serde_json::to_value(NetworkDel { name: n.name.clone() }).unwrap_or_default();
+                match c.call(network_method::DEL, params) {
+                    Ok(_) => {
+                        tracing::info!("network {} deleted: its manifest is gone", n.name);
+                        self.created.remove(&(kind.clone(), object.clone()));
+                    }
+                    Err(e) => {
+                        tracing::warn!("network {} not deleted yet: {e}", n.name);
+                        all = false;
+                    }
+                }
+            }
+            Ok(all)
+        });
+        result.unwrap_or_else(|e| {
+            tracing::error!("cannot delete networks whose manifests are gone: {e}");
+            false
+        })
+    }
+
     /// Reads and renders the state; returns whether it succeeded.
     fn render(&mut self) -> bool {
         let started = Instant::now();
@@ -200,9 +326,13 @@ fn main() -> ExitCode {
         args,
         engine: None,
         applied: None,
+        networks: Vec::new(),
+        networks_applied: None,
+        created: Default::default(),
     };
     if once {
-        let ok = agent.render() && agent.push();
+        // Networks first: the policies' pods may be attached to them.
+        let ok = agent.read_networks() && agent.push_networks() && agent.render() && agent.push();
         return if ok {
             ExitCode::SUCCESS
         } else {
@@ -214,8 +344,10 @@ fn main() -> ExitCode {
         let now = fingerprint(&agent.args.state);
         if seen.as_ref() != Some(&now) {
             seen = Some(now);
+            agent.read_networks();
             agent.render();
         }
+        agent.push_networks();
         agent.push();
         let until = Instant::now() + interval;
         while !stop.load(Ordering::Relaxed) && Instant::now() < until {
