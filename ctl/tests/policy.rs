@@ -82,11 +82,13 @@ fn ports_of(apply: &Value) -> Vec<AclPort> {
                 name: port.to_string(),
                 role: PortRole::Pod,
                 pod: None,
+                locked: false,
             }),
             (None, Some(pod)) => Some(AclPort {
                 name: pod.replace('/', "-"),
                 role: PortRole::Pod,
                 pod: Some(pod.to_string()),
+                locked: false,
             }),
             _ => None,
         })
@@ -97,6 +99,7 @@ fn ports_of(apply: &Value) -> Vec<AclPort> {
         name: "uplink0".into(),
         role: PortRole::Uplink,
         pod: None,
+        locked: false,
     });
     ports
 }

@@ -31,6 +31,21 @@ pub struct AclPort {
     pub role: PortRole,
     /// `namespace/name` (`port.add --pod`, the CNI plugin).
     pub pod: Option<String>,
+    /// A primary-network pod's default-network port: attachments by pod go to the
+    /// pod's port on its primary network instead (policies act within the network
+    /// the pod's namespace uses).
+    pub locked: bool,
+}
+
+impl AclPort {
+    /// Whether an attachment to `target` reaches this port.
+    fn takes(&self, target: &AttachTarget) -> bool {
+        !self.name.is_empty()
+            && match target {
+                AttachTarget::Port(name) => self.name == *name,
+                AttachTarget::Pod(pod) => !self.locked && self.pod.as_deref() == Some(pod.as_str()),
+            }
+    }
 }
 
 /// The desired ACL state of one `acl.apply`, validated.
@@ -91,12 +106,7 @@ fn resolve(
             .position(|t| *t == a.table)
             .ok_or_else(|| RpcError::internal(format!("table {:?} vanished", a.table)))?;
         for (i, p) in ports.iter().enumerate() {
-            let hit = !p.name.is_empty()
-                && match &a.target {
-                    AttachTarget::Port(name) => p.name == *name,
-                    AttachTarget::Pod(pod) => p.pod.as_deref() == Some(pod.as_str()),
-                };
-            if !hit {
+            if !p.takes(&a.target) {
                 continue;
             }
             if let Some(j) = out
@@ -127,15 +137,7 @@ fn resolve(
 fn pending(requested: &[AclAttach], ports: &[AclPort]) -> Vec<AclAttach> {
     requested
         .iter()
-        .filter(|a| {
-            !ports.iter().any(|p| {
-                !p.name.is_empty()
-                    && match &a.target {
-                        AttachTarget::Port(name) => p.name == *name,
-                        AttachTarget::Pod(pod) => p.pod.as_deref() == Some(pod.as_str()),
-                    }
-            })
-        })
+        .filter(|a| !ports.iter().any(|p| p.takes(&a.target)))
         .cloned()
         .collect()
 }
@@ -969,6 +971,7 @@ mod tests {
             name: name.into(),
             role,
             pod: pod.map(str::to_string),
+            locked: false,
         };
         vec![
             port("pod-a", PortRole::Pod, Some("shop/a")),
@@ -1528,6 +1531,7 @@ mod tests {
             name: "new-1".into(),
             role: PortRole::Pod,
             pod: Some("shop/new".into()),
+            locked: false,
         });
         let next = m
             .set_ports(now.clone())
@@ -1541,6 +1545,7 @@ mod tests {
             name: String::new(),
             role: PortRole::Host,
             pod: None,
+            locked: false,
         };
         let after = m.set_ports(now).expect("detached");
         assert_eq!(after.egress[3], None);

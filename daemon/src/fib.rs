@@ -622,6 +622,7 @@ impl Fib {
                 name: p.name.clone(),
                 role: p.role,
                 pod: self.pods.get(i).cloned().flatten(),
+                locked: self.is_locked(i as u16),
             })
             .collect()
     }

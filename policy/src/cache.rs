@@ -376,7 +376,11 @@ pub fn parse_text(text: &str, source: &str) -> Result<(Vec<Object>, Vec<String>)
 }
 
 /// The kinds ferruled's `network.apply` takes.
-pub const NETWORK_KINDS: [&str; 3] = ["Namespace", "UserDefinedNetwork", "ClusterUserDefinedNetwork"];
+pub const NETWORK_KINDS: [&str; 3] = [
+    "Namespace",
+    "UserDefinedNetwork",
+    "ClusterUserDefinedNetwork",
+];
 
 /// The user-defined networks and Namespaces of the manifests under `path` (a file or
 /// directory, as [`load_path`] reads it), as JSON objects for `network.apply`; `kind:

@@ -42,7 +42,8 @@ spec:
   ingress: [{from: [{podSelector: {matchLabels: {app: web}}}], ports: [{port: 5432}]}]
 ";
 
-/// Serves `acl.apply` on a Unix socket, recording each request's params.
+/// Serves `acl.apply` on a Unix socket, recording each request's params; refuses
+/// every other method.
 fn fake_daemon(path: &Path) -> Arc<Mutex<Vec<Value>>> {
     let listener = UnixListener::bind(path).expect("bind");
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -57,6 +58,13 @@ fn fake_daemon(path: &Path) -> Arc<Mutex<Vec<Value>>> {
             let Ok(req) = serde_json::from_str::<Value>(&line) else {
                 continue;
             };
+            if req["method"] != "acl.apply" {
+                // ferruled's other methods (ports.list): none here.
+                let reply = json!({"jsonrpc": "2.0", "id": req["id"], "error": {
+                    "code": -32601, "message": "method not found"}});
+                let _ = stream.write_all(format!("{reply}\n").as_bytes());
+                continue;
+            }
             let tables = req["params"]["tables"].as_array().map_or(0, Vec::len);
             record.lock().expect("lock").push(req["params"].clone());
             let reply = json!({"jsonrpc": "2.0", "id": req["id"], "result": {
@@ -112,6 +120,7 @@ fn the_agent_applies_on_start_and_on_change_and_stops_on_sigterm() {
         name: name.into(),
         role,
         pod: pod.map(str::to_string),
+        locked: false,
     };
     let ports = vec![
         port("web", PortRole::Pod, Some("shop/web")),

@@ -101,7 +101,13 @@ struct Agent {
     /// The networks (kind, object) this agent created: the ones it deletes when their
     /// manifests go.
     created: std::collections::BTreeSet<(String, String)>,
+    /// Pods' addresses on their primary user-defined network, as last read from
+    /// ferruled.
+    udn_ips: UdnAddresses,
 }
+
+/// `namespace/name` → the pod's addresses on its primary user-defined network.
+type UdnAddresses = std::collections::BTreeMap<String, Vec<std::net::IpAddr>>;
 
 /// A network manifest's (kind, object) as `network.list` names it: `namespace/name`
 /// for a UserDefinedNetwork, `name` for a ClusterUserDefinedNetwork.
@@ -192,11 +198,18 @@ impl Agent {
             let list: NetworkList = c.call_typed(network_method::LIST, serde_json::Value::Null)?;
             let mut all = true;
             for (kind, object) in &gone {
-                let Some(n) = list.networks.iter().find(|n| &n.kind == kind && &n.object == object) else {
+                let Some(n) = list
+                    .networks
+                    .iter()
+                    .find(|n| &n.kind == kind && &n.object == object)
+                else {
                     self.created.remove(&(kind.clone(), object.clone()));
                     continue;
                 };
-                let params = serde_json::to_value(NetworkDel { name: n.name.clone() }).unwrap_or_default();
+                let params = serde_json::to_value(NetworkDel {
+                    name: n.name.clone(),
+                })
+                .unwrap_or_default();
                 match c.call(network_method::DEL, params) {
                     Ok(_) => {
                         tracing::info!("network {} deleted: its manifest is gone", n.name);
@@ -216,13 +229,45 @@ impl Agent {
         })
     }
 
+    /// The addresses pods have on their primary user-defined networks: ferruled's pod
+    /// ports on a network other than the default one that record a pod and are not
+    /// locked. Policies act within the network a pod's namespace uses, so these stand
+    /// for the pod's addresses (its manifest shows the default network's). Empty when
+    /// ferruled cannot be asked.
+    fn read_udn_addresses(&self) -> UdnAddresses {
+        let list = Client::connect(&self.args.socket).and_then(|mut c| {
+            c.set_read_timeout(Some(Duration::from_secs(30)))?;
+            c.call_typed::<ferrule_api::PortsList>(
+                ferrule_api::method::PORTS_LIST,
+                serde_json::Value::Null,
+            )
+        });
+        let mut out = UdnAddresses::new();
+        for p in list.map(|l| l.ports).unwrap_or_default() {
+            let Some(pod) = p.pod else { continue };
+            if p.network.is_empty() || p.network == "default" || p.locked || p.ips.is_empty() {
+                continue;
+            }
+            out.insert(pod, p.ips.iter().filter_map(|a| a.parse().ok()).collect());
+        }
+        out
+    }
+
     /// Reads and renders the state; returns whether it succeeded.
     fn render(&mut self) -> bool {
         let started = Instant::now();
         let objects = match load_path(&self.args.state) {
-            Ok((objects, warnings)) => {
+            Ok((mut objects, warnings)) => {
                 for w in warnings {
                     tracing::warn!("{w}");
+                }
+                for o in &mut objects {
+                    if let ferrule_policy::cache::Object::Pod(p) = o {
+                        let key = format!("{}/{}", p.key.namespace, p.key.name);
+                        if let Some(ips) = self.udn_ips.get(&key) {
+                            p.ips = ips.clone();
+                        }
+                    }
                 }
                 objects
             }
@@ -329,10 +374,17 @@ fn main() -> ExitCode {
         networks: Vec::new(),
         networks_applied: None,
         created: Default::default(),
+        udn_ips: Default::default(),
     };
     if once {
         // Networks first: the policies' pods may be attached to them.
-        let ok = agent.read_networks() && agent.push_networks() && agent.render() && agent.push();
+        let ok = agent.read_networks()
+            && agent.push_networks()
+            && {
+                agent.udn_ips = agent.read_udn_addresses();
+                agent.render()
+            }
+            && agent.push();
         return if ok {
             ExitCode::SUCCESS
         } else {
@@ -342,12 +394,18 @@ fn main() -> ExitCode {
     let mut seen = None;
     while !stop.load(Ordering::Relaxed) {
         let now = fingerprint(&agent.args.state);
-        if seen.as_ref() != Some(&now) {
+        let changed = seen.as_ref() != Some(&now);
+        if changed {
             seen = Some(now);
             agent.read_networks();
-            agent.render();
         }
         agent.push_networks();
+        // Pods coming and going on user-defined networks change their addresses.
+        let udn_ips = agent.read_udn_addresses();
+        if changed || udn_ips != agent.udn_ips {
+            agent.udn_ips = udn_ips;
+            agent.render();
+        }
         agent.push();
         let until = Instant::now() + interval;
         while !stop.load(Ordering::Relaxed) && Instant::now() < until {
