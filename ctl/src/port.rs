@@ -317,6 +317,8 @@ pub fn render_ports(list: &PortsList) -> String {
         let mut t = Table::new([
             "NAME",
             "POD",
+            "NETWORK",
+            "IPS",
             "GATEWAY-IP",
             "GATEWAY-MAC",
             "VHOST-USER",
@@ -330,9 +332,16 @@ pub fn render_ports(list: &PortsList) -> String {
             } else {
                 p.allowed_addresses.join(",")
             };
+            let network = match (p.network.as_str(), p.locked) {
+                ("", _) => "-".to_string(),
+                (n, true) => format!("{n} (locked)"),
+                (n, false) => n.to_string(),
+            };
             t.row([
                 p.name.clone(),
                 dash(&p.pod),
+                network,
+                if p.ips.is_empty() { "-".to_string() } else { p.ips.join(",") },
                 dash(&p.gateway_ip),
                 dash(&p.gateway_mac),
                 dash(&p.vhost_user),
