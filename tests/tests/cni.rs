@@ -1179,11 +1179,16 @@ fn a_pod_of_a_primary_network_namespace_gets_both_interfaces_in_one_add() {
     // Kubernetes API here: the default network's interface still reaches it).
     router.exec(&["ip", "addr", "add", "198.51.100.1/32", "dev", "lo"]);
     let vhost = tempfile::tempdir().unwrap();
-    let d = ferruled_with_uplink_and(
+    let state = vhost.path().join("state.json");
+    let mut d = ferruled_with_uplink_and(
         &prefix,
         router.root_end.as_deref().unwrap(),
         vhost.path(),
-        "[networks]\ncluster_subnets = [\"10.1.0.0/16\"]\ndefault_network_allow = [\"203.0.113.1/32\"]\n",
+        &format!(
+            "[state]\npath = \"{}\"\n\n[networks]\ncluster_subnets = [\"10.1.0.0/16\"]\n\
+             default_network_allow = [\"203.0.113.1/32\"]\n",
+            state.display()
+        ),
     );
     let manifests = vhost.path().join("blue.yaml");
     std::fs::write(&manifests, BLUE_NETWORK).unwrap();
@@ -1290,6 +1295,15 @@ fn a_pod_of_a_primary_network_namespace_gets_both_interfaces_in_one_add() {
         .unwrap_or(0);
     assert!(locked_drops >= 1, "{stats:#}");
     pod.exec(&["ip", "route", "del", "198.51.100.1/32"]);
+
+    // A crash loses nothing: the network, both ports and the pod's address are back.
+    d.crash_and_restart(&[]).expect("restart");
+    let list = d.ctl_json(&["network", "list", "blue.tenant"]);
+    assert_eq!(list["networks"][0]["allocated"], 1, "{list:#}");
+    assert_eq!(list["networks"][0]["ports"].as_array().unwrap().len(), 1, "{list:#}");
+    let ports = d.ctl_json(&["ports"]);
+    assert!(ports.to_string().contains("10.128.0.2"), "{ports:#}");
+    pod.exec(&["ping", "-c", "1", "-W", "2", "198.51.100.1"]);
 
     // CHECK knows both interfaces; DEL removes both and gives the address back.
     let mut check = conf.clone();
