@@ -271,6 +271,7 @@ impl Fib {
                 ),
                 _ => PodSources::default(),
             },
+            locked: false,
         }
     }
 
@@ -367,7 +368,7 @@ impl Fib {
                     NextHopEntry::Local => {
                         n == usize::from(net) && own.contains(&key.0) && state.role != PortRole::Pod
                     }
-                    NextHopEntry::Blackhole => false,
+                    NextHopEntry::Blackhole | NextHopEntry::Isolated => false,
                 })
                 .map(|(key, _)| *key)
                 .collect();
@@ -388,6 +389,7 @@ impl Fib {
             local_v6: Vec::new(),
             xconnect: None,
             pod_sources: PodSources::default(),
+            locked: false,
         };
         self.ports[usize::from(index)] = placeholder;
         if let Some(pod) = self.pods.get_mut(usize::from(index)) {
@@ -673,6 +675,7 @@ impl Fib {
                     lpm6: Arc::clone(&n.lpm6),
                     gateway_v4: n.gateway_v4,
                     gateway_v6: n.gateway_v6,
+                    user_defined: false,
                 })
                 .collect(),
             nh_mac: Arc::default(),
@@ -680,8 +683,11 @@ impl Fib {
             neighbors: Arc::new(neighbors),
             acl: Arc::clone(&self.acl),
             snat: Arc::clone(&self.snat),
+            locked_allow: Arc::default(),
+            any_locked: false,
         };
         snap.resolve_gateways();
+        snap.update_locked();
         snap
     }
 }

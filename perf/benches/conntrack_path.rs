@@ -212,6 +212,7 @@ fn snapshot(ct_on: bool) -> Snapshot {
         local_v6: Vec::new(),
         xconnect: None,
         pod_sources: PodSources::default(),
+        locked: false,
     };
     let gw4 = Ipv4Addr::new(169, 254, 1, 1);
     let mut lpm = Lpm4::new();
@@ -261,12 +262,15 @@ fn snapshot(ct_on: bool) -> Snapshot {
             lpm6: Arc::new(Lpm6::new()),
             gateway_v4: gw4,
             gateway_v6: "fe80::1".parse().expect("v6"),
+            user_defined: false,
         }],
         next_hops: Arc::new(next_hops),
         neighbors: Arc::new(neighbors),
         nh_mac: Default::default(),
         acl: Default::default(),
         snat: Default::default(),
+        locked_allow: Default::default(),
+        any_locked: false,
     };
     // The pod port stands for the 250 pods (10.0.0.1-250): they send from 10.0.0.0/24
     // (`allowed_addresses`), through port security like any pod.

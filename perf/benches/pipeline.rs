@@ -103,6 +103,7 @@ fn snapshot(routes: &[(u32, u8, u32)]) -> Snapshot {
         local_v6: Vec::new(),
         xconnect: None,
         pod_sources: PodSources::default(),
+        locked: false,
     };
     let mut snap = Snapshot {
         generation: 1,
@@ -116,12 +117,15 @@ fn snapshot(routes: &[(u32, u8, u32)]) -> Snapshot {
             lpm6: Arc::new(Lpm6::new()),
             gateway_v4: Ipv4Addr::new(169, 254, 1, 1),
             gateway_v6: "fe80::1".parse().expect("v6"),
+            user_defined: false,
         }],
         next_hops: Arc::new(next_hops),
         neighbors: Arc::new(neighbors),
         nh_mac: Default::default(),
         acl: Default::default(),
         snat: Default::default(),
+        locked_allow: Default::default(),
+        any_locked: false,
     };
     snap.resolve_gateways();
     snap

@@ -99,6 +99,7 @@ impl NodeState {
                     ),
                     NextHopEntry::Blackhole => ("blackhole", None, None),
                     NextHopEntry::Local => ("local", None, None),
+                    NextHopEntry::Isolated => ("isolated", None, None),
                 };
                 routes.push(api::RouteEntry {
                     network: self.fib.network_name(net).to_string(),

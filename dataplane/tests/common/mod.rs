@@ -48,6 +48,7 @@ pub fn snapshot() -> Snapshot {
         local_v6: vec![GW6],
         xconnect: None,
         pod_sources: PodSources::new(Some(EthernetAddress(pod_mac)), &ips, &[]),
+        locked: false,
     };
     let ports = vec![
         pod(
@@ -76,6 +77,7 @@ pub fn snapshot() -> Snapshot {
             local_v6: vec![v6("2001:db8::10")],
             xconnect: None,
             pod_sources: PodSources::default(),
+            locked: false,
         },
     ];
     let next_hops = vec![
@@ -125,12 +127,15 @@ pub fn snapshot() -> Snapshot {
             lpm6: Arc::new(l6),
             gateway_v4: GW4,
             gateway_v6: GW6,
+            user_defined: false,
         }],
         next_hops: Arc::new(next_hops),
         neighbors: Arc::new(neighbors),
         nh_mac: Default::default(),
         acl: Default::default(),
         snat: Default::default(),
+        locked_allow: Default::default(),
+        any_locked: false,
     };
     // The gateways of resolved routes, as the control thread precomputes them.
     snap.resolve_gateways();
