@@ -932,8 +932,10 @@ impl Fib {
             neighbors: Arc::new(neighbors),
             acl: Arc::clone(&self.acl),
             snat: Arc::clone(&self.snat),
+            any_locked: self.locked.iter().any(|&l| l),
         };
         snap.resolve_gateways();
+        snap.update_locked();
         snap
     }
 }

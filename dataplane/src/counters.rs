@@ -96,6 +96,17 @@ drop_reasons! {
     /// A neighbour solicitation or advertisement from a pod whose link-layer address
     /// option or advertised target is not the pod's.
     SpoofedNd => "spoofed-nd", "ND for an address or MAC not the pod's";
+    /// Routed by an `Isolated` next hop: the destination is in another network (a
+    /// user-defined network's route to the default network's cluster, service or join
+    /// subnets).
+    NetworkIsolation => "network-isolation", "destination is in another network";
+    /// Routed to a port of another network than the packet's, other than a user-defined
+    /// network's masqueraded egress through an uplink of the default network.
+    NetworkCrossing => "network-crossing", "route would cross into another network";
+    /// From or to a locked port (the default-network interface of a pod whose primary
+    /// network is user-defined) and neither a probe from a host port nor to or from
+    /// the `locked_allow` addresses (the Kubernetes API and DNS).
+    DefaultNetworkLocked => "default-network-locked", "a primary-UDN pod's default-network interface: only probes and KAPI/DNS";
 }
 
 impl DropReason {

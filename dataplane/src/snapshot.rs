@@ -73,7 +73,10 @@ pub struct PortState {
     pub pod_sources: PodSources,
     /// The default-network interface of a pod whose namespace has a primary
     /// user-defined network: only kubelet probes from the host and the Kubernetes
-    /// API/DNS addresses ([`Snapshot::locked_allow`]) pass.
+    /// API/DNS addresses pass. A packet from it passes only to a `Host` port or to an
+    /// address of [`Snapshot::locked_allow`]; a packet to it only from a `Host` port or
+    /// from such an address; anything else is dropped as `default-network-locked`.
+    /// Set [`Snapshot::any_locked`] when a port has it.
     pub locked: bool,
 }
 
@@ -227,8 +230,9 @@ pub enum NextHopEntry {
     Blackhole,
     /// An address of Ferrule's own.
     Local,
-    /// Another network's destination (a user-defined network's route to the default
-    /// network's or another network's subnets): dropped as `network-isolation`.
+    /// In another network: dropped as `network-isolation` (what a user-defined
+    /// network's table holds for the default network's cluster, service and join
+    /// subnets).
     Isolated,
 }
 
@@ -239,7 +243,9 @@ pub struct Neighbor {
     pub port: u16,
 }
 
-/// One network (VRF).
+/// One network (VRF). Its index is the [`PortState::network`] of its ports and the
+/// conntrack zone of its connections (`FlowKey::network`); 0 is the cluster's default
+/// network, where the uplinks and the node IPs are.
 #[derive(Debug, Clone)]
 pub struct Network {
     pub name: String,
@@ -247,9 +253,28 @@ pub struct Network {
     pub lpm6: Arc<Lpm6>,
     pub gateway_v4: Ipv4Addr,
     pub gateway_v6: Ipv6Addr,
-    /// A user-defined network: isolated; its pods' traffic leaving through an uplink of
-    /// the default network is always masqueraded, and replies come back in zone 0.
+    /// A user-defined network (OVN-Kubernetes' UDN): isolated from the other networks
+    /// (a route into another network is dropped as `network-crossing`), except that
+    /// its pods' traffic leaving through an uplink of the default network is allowed
+    /// and always masqueraded to the node IP, whatever the SNAT policy's `vpc_cidrs`
+    /// and `exclude` say; the replies come back in zone 0
+    /// ([`NAT_ZONE`](crate::conntrack::NAT_ZONE)) and are translated back into this
+    /// network.
     pub user_defined: bool,
+}
+
+impl Network {
+    /// A network without routes, not user-defined.
+    pub fn new(name: impl Into<String>, gateway_v4: Ipv4Addr, gateway_v6: Ipv6Addr) -> Network {
+        Network {
+            name: name.into(),
+            lpm4: Arc::new(Lpm4::new()),
+            lpm6: Arc::new(Lpm6::new()),
+            gateway_v4,
+            gateway_v6,
+            user_defined: false,
+        }
+    }
 }
 
 /// A whole generation of forwarding state.
@@ -271,8 +296,12 @@ pub struct Snapshot {
     pub acl: Arc<AclTables>,
     /// When and to what pod traffic is masqueraded.
     pub snat: Arc<SnatPolicy>,
-    /// What locked ports still reach: the Kubernetes API and DNS addresses.
+    /// The addresses a locked port ([`PortState::locked`]) may talk to besides a
+    /// `Host` port: the Kubernetes API and DNS service addresses.
     pub locked_allow: Arc<Vec<IpCidr>>,
+    /// Whether any port is [`locked`](PortState::locked): the route stage checks
+    /// locked ports only then (see [`Snapshot::update_locked`]).
+    pub any_locked: bool,
 }
 
 impl Snapshot {
@@ -281,21 +310,38 @@ impl Snapshot {
         Snapshot {
             generation: 0,
             ports: Vec::new(),
-            networks: vec![Network {
-                name: "default".into(),
-                lpm4: Arc::new(Lpm4::new()),
-                lpm6: Arc::new(Lpm6::new()),
-                gateway_v4: Ipv4Addr::new(169, 254, 1, 1),
-                gateway_v6: Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 1),
-                user_defined: false,
-            }],
+            networks: vec![Network::new(
+                "default",
+                Ipv4Addr::new(169, 254, 1, 1),
+                Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 1),
+            )],
             next_hops: Arc::new(Vec::new()),
             neighbors: Arc::new(FxHashMap::default()),
             nh_mac: Arc::new(Vec::new()),
             acl: Arc::new(AclTables::default()),
             snat: Arc::new(SnatPolicy::default()),
-            locked_allow: Arc::default(),
+            locked_allow: Arc::new(Vec::new()),
+            any_locked: false,
         }
+    }
+
+    /// Sets [`any_locked`](Snapshot::any_locked) from the ports (after they changed).
+    pub fn update_locked(&mut self) {
+        self.any_locked = self.ports.iter().any(|p| p.locked);
+    }
+
+    /// Whether network `network` is user-defined.
+    #[inline]
+    pub fn user_defined(&self, network: u16) -> bool {
+        self.networks
+            .get(usize::from(network))
+            .is_some_and(|n| n.user_defined)
+    }
+
+    /// Whether `a` is one of the [`locked_allow`](Snapshot::locked_allow) addresses.
+    #[inline]
+    pub fn locked_allows(&self, a: IpAddr) -> bool {
+        self.locked_allow.iter().any(|c| c.contains(a))
     }
 
     /// The next hop a route table value points to.

@@ -4,7 +4,7 @@
 
 use ferrule_dataplane::conntrack::{
     tcp_flags as tf, ConnId, ConnState, ConnTable, CtConfig, Dir, InsertError, L4Info, Millis, Nat,
-    TcpState, Timeouts, TrackVerdict, BYTES_PER_CONNECTION,
+    TcpState, Timeouts, TrackVerdict, BYTES_PER_CONNECTION, NAT_ZONE,
 };
 use ferrule_dataplane::flow::FlowKey;
 use proptest::prelude::*;
@@ -528,8 +528,14 @@ fn snat_reply_tuples() {
         port: 61000,
     };
     let id = established(&mut t, Some(nat));
-    let reply = FlowKey::v4(ZONE, 6, SERVER, NODE, 443, 61000);
+    // The reply direction of a masqueraded connection is in zone 0, whatever its own.
+    let reply = FlowKey::v4(NAT_ZONE, 6, SERVER, NODE, 443, 61000);
     assert_eq!(t.lookup(&reply), Some((id, Dir::Reply)));
+    assert_eq!(
+        t.lookup(&FlowKey::v4(ZONE, 6, SERVER, NODE, 443, 61000)),
+        None,
+        "the reply tuple in the connection's own zone"
+    );
     assert_eq!(t.lookup(&tcp_key()), Some((id, Dir::Original)));
     assert_eq!(
         t.lookup(&tcp_key().reversed()),
@@ -539,18 +545,25 @@ fn snat_reply_tuples() {
     let v = t.get(id).expect("live");
     assert_eq!(v.nat(), Some(nat));
     assert_eq!(v.reply_key(), reply);
-    assert!(t.nat_tuple_in_use(ZONE, 6, &reply.src, 443, nat));
-    assert!(!t.nat_tuple_in_use(ZONE, 6, &reply.src, 444, nat));
-    assert!(!t.nat_tuple_in_use(ZONE, 17, &reply.src, 443, nat));
-    assert!(!t.nat_tuple_in_use(ZONE + 1, 6, &reply.src, 443, nat));
-    assert!(!t.nat_tuple_in_use(ZONE, 6, &reply.src, 443, Nat { port: 61001, ..nat }));
+    assert!(t.nat_tuple_in_use(6, &reply.src, 443, nat));
+    assert!(!t.nat_tuple_in_use(6, &reply.src, 444, nat));
+    assert!(!t.nat_tuple_in_use(17, &reply.src, 443, nat));
+    assert!(!t.nat_tuple_in_use(6, &reply.src, 443, Nat { port: 61001, ..nat }));
+    // Nor may a connection of another zone (the same pod address and port in another
+    // network) take it: the external tuple is the node's, in zone 0.
+    let other_zone = FlowKey::v4(ZONE + 1, 6, POD, SERVER, 40000, 443);
+    assert_eq!(
+        t.insert(&other_zone, &seg(tf::SYN, 1, 0, 0), 60, Some(nat), 0, 0),
+        Err(InsertError::Exists)
+    );
+    assert_eq!(t.stats().clashes, 1);
     // A second connection may not take the same external tuple.
     let other = FlowKey::v4(ZONE, 6, Ipv4Addr::new(10, 0, 0, 6), SERVER, 40000, 443);
     assert_eq!(
         t.insert(&other, &seg(tf::SYN, 1, 0, 0), 60, Some(nat), 0, 0),
         Err(InsertError::Exists)
     );
-    assert_eq!(t.stats().clashes, 1);
+    assert_eq!(t.stats().clashes, 2);
     assert!(t
         .insert(
             &other,
@@ -571,11 +584,14 @@ fn snat_reply_tuples() {
     let id = t
         .insert(&req, &L4Info::NONE, 98, Some(nat), 0, 0)
         .expect("insert");
-    let reply = FlowKey::v4(ZONE, 1, SERVER, NODE, 9000, 9000);
+    let reply = FlowKey::v4(NAT_ZONE, 1, SERVER, NODE, 9000, 9000);
     assert_eq!(t.lookup(&reply), Some((id, Dir::Reply)));
-    assert_eq!(t.lookup(&FlowKey::v4(ZONE, 1, SERVER, NODE, 77, 77)), None);
+    assert_eq!(
+        t.lookup(&FlowKey::v4(NAT_ZONE, 1, SERVER, NODE, 77, 77)),
+        None
+    );
     assert_eq!(t.get(id).expect("live").reply_key(), reply);
-    assert!(t.nat_tuple_in_use(ZONE, 1, &reply.src, 0, nat));
+    assert!(t.nat_tuple_in_use(1, &reply.src, 0, nat));
 }
 
 #[test]
@@ -598,13 +614,19 @@ fn related_finds_quoted_connections() {
         port: 61000,
     };
     let id = established(&mut t, Some(nat));
-    // The original packet after translation, quoted by a router on the Internet.
-    let translated = FlowKey::v4(ZONE, 6, NODE, SERVER, 61000, 443);
+    // The original packet after translation, quoted by a router on the Internet (in
+    // zone 0, where the uplink is).
+    let translated = FlowKey::v4(NAT_ZONE, 6, NODE, SERVER, 61000, 443);
+    assert_eq!(
+        t.related(&FlowKey::v4(ZONE, 6, NODE, SERVER, 61000, 443)),
+        None,
+        "translated, but in the connection's own zone"
+    );
     assert_eq!(t.related(&translated), Some((id, Dir::Original)));
     // The original packet before translation, quoted inside the pod network.
     assert_eq!(t.related(&orig), Some((id, Dir::Original)));
     // A reply before un-translation, and after it (quoted by the pod).
-    let reply = FlowKey::v4(ZONE, 6, SERVER, NODE, 443, 61000);
+    let reply = FlowKey::v4(NAT_ZONE, 6, SERVER, NODE, 443, 61000);
     assert_eq!(t.related(&reply), Some((id, Dir::Reply)));
     assert_eq!(t.related(&orig.reversed()), Some((id, Dir::Reply)));
 
@@ -617,7 +639,7 @@ fn related_finds_quoted_connections() {
     let id = t
         .insert(&req, &L4Info::NONE, 98, Some(nat), 0, 0)
         .expect("insert");
-    let quoted = FlowKey::v4(ZONE, 1, NODE, SERVER, 9000, 9000);
+    let quoted = FlowKey::v4(NAT_ZONE, 1, NODE, SERVER, 9000, 9000);
     assert_eq!(t.related(&quoted), Some((id, Dir::Original)));
     assert_eq!(t.related(&req), Some((id, Dir::Original)));
 }
@@ -858,6 +880,7 @@ fn model_reply(key: &FlowKey, nat: Option<u16>) -> FlowKey {
     if let Some(p) = nat {
         r.dst = NODE.to_ipv6_mapped().octets();
         r.dst_port = p;
+        r.network = NAT_ZONE;
         if key.proto == 1 {
             r.src_port = p;
         }

@@ -125,6 +125,7 @@ fn snapshot(routes: &[(u32, u8, u32)]) -> Snapshot {
         acl: Default::default(),
         snat: Default::default(),
         locked_allow: Default::default(),
+        any_locked: false,
     };
     snap.resolve_gateways();
     snap

@@ -283,6 +283,16 @@ pub struct Nat {
     pub port: u16,
 }
 
+/// The zone the reply direction of every source-NATed connection is tracked in: the
+/// default network's (0), where the node IPs and the uplinks are. A masqueraded
+/// connection's original tuple stays in its own zone (the pod's network); its reply
+/// tuple (remote → node IP:SNAT port) is in this one, so that the replies of pods of
+/// different networks with the same address are told apart by their SNAT port alone,
+/// and the SNAT allocator, which checks reply tuples against the table, never hands
+/// out one external tuple to two zones (as OVN-Kubernetes' "SNAT to the node IP in
+/// zone 0").
+pub const NAT_ZONE: u16 = 0;
+
 /// A connection's slot in its table. Valid until the connection is removed or expires;
 /// the slot is then reused, so do not keep ids across bursts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

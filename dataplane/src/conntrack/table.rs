@@ -8,7 +8,7 @@ use super::index::{Index, KeyHash, CONNS_PER_BUCKET, IN_NEXT, NO_CANDIDATE};
 use super::tcp::{self, Step, TcpState, TcpWindow, Window, NO_SCALES};
 use super::{
     is_icmp, preallocated, prefetch, ConnId, ConnState, CtConfig, Dir, InsertError, L4Info,
-    MemoryAdvice, Millis, Nat, NoAdvice, Timeouts, TrackVerdict,
+    MemoryAdvice, Millis, Nat, NoAdvice, Timeouts, TrackVerdict, NAT_ZONE,
 };
 use crate::flow::{Family, FlowKey};
 use std::net::Ipv4Addr;
@@ -244,32 +244,34 @@ impl Hot {
     /// original source and destination addresses being `src_hi` and `dst_hi` (as
     /// [`hi128`]; the reply direction compared field by field, equal to building the
     /// reply tuple and comparing).
+    /// The reply direction of a source-NATed connection is in [`NAT_ZONE`], not in the
+    /// entry's zone.
     #[inline(always)]
     fn matches(&self, dir: u32, key: &FlowKey, src_hi: u128, dst_hi: u128) -> bool {
         let src = addr128(src_hi, self.src);
         let dst = addr128(dst_hi, self.dst);
-        let same = (key.network == self.zone)
-            & (key.proto == self.proto)
-            & (key.family as u8 == self.addr & !WIDE);
+        let same = (key.proto == self.proto) & (key.family as u8 == self.addr & !WIDE);
         if dir & 1 == 0 {
             return same
+                & (key.network == self.zone)
                 & (u128::from_le_bytes(key.src) == src)
                 & (u128::from_le_bytes(key.dst) == dst)
                 & (key.src_port == self.src_port)
                 & (key.dst_port == self.dst_port);
         }
-        let (to, to_port, from_port) = if self.state & HAS_NAT != 0 {
+        let (zone, to, to_port, from_port) = if self.state & HAS_NAT != 0 {
             let mapped = addr128(MAPPED_HI128, self.nat_addr);
             let from_port = if is_icmp(self.proto) {
                 self.nat_port
             } else {
                 self.dst_port
             };
-            (mapped, self.nat_port, from_port)
+            (NAT_ZONE, mapped, self.nat_port, from_port)
         } else {
-            (src, self.src_port, self.dst_port)
+            (self.zone, src, self.src_port, self.dst_port)
         };
-        same & (u128::from_le_bytes(key.src) == dst)
+        same & (key.network == zone)
+            & (u128::from_le_bytes(key.src) == dst)
             & (u128::from_le_bytes(key.dst) == to)
             & (key.src_port == from_port)
             & (key.dst_port == to_port)
@@ -480,13 +482,14 @@ fn random_seed() -> u64 {
 
 /// The reply-direction tuple of a connection with original tuple `k`: reversed, with
 /// the NAT address (and port, or echo id in both port fields for ICMP) as destination
-/// when source-NATed.
+/// and in [`NAT_ZONE`] when source-NATed.
 #[inline(always)]
 fn reply_tuple(k: &FlowKey, nat: Option<Nat>) -> FlowKey {
     let mut r = k.reversed();
     if let Some(n) = nat {
         r.dst = n.addr.to_ipv6_mapped().octets();
         r.dst_port = n.port;
+        r.network = NAT_ZONE;
         if is_icmp(k.proto) {
             r.src_port = n.port;
         }
@@ -507,9 +510,10 @@ pub struct FreeNat {
     inserts: u64,
 }
 
-/// The reply-direction key of a masqueraded connection to `remote:remote_port`.
+/// The reply-direction key of a masqueraded connection to `remote:remote_port` (in
+/// [`NAT_ZONE`], whatever the connection's zone).
 #[inline(always)]
-fn nat_tuple(zone: u16, proto: u8, remote: &[u8; 16], remote_port: u16, nat: Nat) -> FlowKey {
+fn nat_tuple(proto: u8, remote: &[u8; 16], remote_port: u16, nat: Nat) -> FlowKey {
     FlowKey {
         src: *remote,
         dst: nat.addr.to_ipv6_mapped().octets(),
@@ -519,7 +523,7 @@ fn nat_tuple(zone: u16, proto: u8, remote: &[u8; 16], remote_port: u16, nat: Nat
             remote_port
         },
         dst_port: nat.port,
-        network: zone,
+        network: NAT_ZONE,
         proto,
         family: Family::V4,
     }
@@ -843,19 +847,18 @@ impl ConnTable {
         })
     }
 
-    /// Whether the external tuple (zone, proto, remote addr:port → NAT addr:port) is a
-    /// tuple of any tracked connection — the SNAT allocator asks so as never to hand
-    /// out a tuple twice. For ICMP the NAT port is the echo id and `remote_port` is
-    /// ignored.
+    /// Whether the external tuple (proto, remote addr:port → NAT addr:port, in
+    /// [`NAT_ZONE`]) is a tuple of any tracked connection, of whatever zone — the SNAT
+    /// allocator asks so as never to hand out a tuple twice. For ICMP the NAT port is
+    /// the echo id and `remote_port` is ignored.
     pub fn nat_tuple_in_use(
         &self,
-        zone: u16,
         proto: u8,
         remote: &[u8; 16],
         remote_port: u16,
         nat: Nat,
     ) -> bool {
-        self.lookup(&nat_tuple(zone, proto, remote, remote_port, nat))
+        self.lookup(&nat_tuple(proto, remote, remote_port, nat))
             .is_some()
     }
 
@@ -1670,6 +1673,93 @@ mod tests {
         assert_eq!((t.len(), t.stats.clashes), (1, 2));
     }
 
+    /// A differential test across zones: random NATed and plain connections of zones
+    /// 0-3 (NATed ones' replies all in zone 0) against a map of every tracked tuple.
+    /// Every inserted connection is found under both tuples in the right direction;
+    /// an insert is refused exactly when a tuple is taken (so one external tuple is
+    /// never given to two zones); a reply tuple moved to another zone is not found
+    /// (unless the map has that tuple too); and after removals the same holds.
+    #[test]
+    fn zones_and_the_nat_zone_against_a_model() {
+        use std::collections::HashMap;
+        let cfg = CtConfig {
+            max_entries: 512,
+            max_per_zone: 512,
+            ..CtConfig::default()
+        };
+        for seed in 0..8u64 {
+            let mut t = ConnTable::with_seed(&cfg, seed);
+            let mut s = seed.wrapping_mul(0x9E37);
+            let mut rnd = move || splitmix_test(&mut s);
+            let mut model: HashMap<FlowKey, (ConnId, Dir)> = HashMap::new();
+            let mut conns: Vec<(ConnId, FlowKey, FlowKey)> = Vec::new();
+            for _ in 0..1_500 {
+                if rnd() % 5 == 0 && !conns.is_empty() {
+                    let (id, k, r) = conns.swap_remove((rnd() % conns.len() as u64) as usize);
+                    t.remove(id);
+                    model.remove(&k);
+                    model.remove(&r);
+                    continue;
+                }
+                let proto = [6u8, 17, 1][(rnd() % 3) as usize];
+                // Few addresses and ports, the same in every zone: overlapping pods.
+                let sport = 40_000 + (rnd() % 3) as u16;
+                let (sp, dp) = if proto == 1 {
+                    (sport, sport)
+                } else {
+                    (sport, 80)
+                };
+                let key = FlowKey::v4(
+                    (rnd() % 4) as u16,
+                    proto,
+                    Ipv4Addr::new(10, 128, 0, 5 + (rnd() % 2) as u8),
+                    Ipv4Addr::new(198, 51, 100, 10),
+                    sp,
+                    dp,
+                );
+                let nat = (rnd() % 3 != 0).then(|| Nat {
+                    addr: Ipv4Addr::new(192, 0, 2, 10),
+                    port: 61_000 + (rnd() % 16) as u16,
+                });
+                let reply = reply_tuple(&key, nat);
+                let taken = model.contains_key(&key) || model.contains_key(&reply);
+                let syn = L4Info {
+                    tcp_flags: super::super::tcp_flags::SYN,
+                    ..L4Info::NONE
+                };
+                match t.insert(&key, &syn, 60, nat, 0, 0) {
+                    Ok(id) => {
+                        assert!(!taken, "{key:?} {nat:?}: a taken tuple given out");
+                        model.insert(key, (id, Dir::Original));
+                        model.insert(reply, (id, Dir::Reply));
+                        conns.push((id, key, reply));
+                    }
+                    Err(InsertError::Exists) => assert!(taken, "{key:?} {nat:?}"),
+                    Err(e) => panic!("{e:?}"),
+                }
+            }
+            assert!(conns.len() > 20, "{}", conns.len());
+            for &(id, key, reply) in &conns {
+                let v = t.get(id).expect("live");
+                assert_eq!(v.reply_key(), reply);
+                let zone = if v.nat().is_some() {
+                    NAT_ZONE
+                } else {
+                    key.network
+                };
+                assert_eq!((v.zone(), reply.network), (key.network, zone));
+                assert_eq!(t.lookup(&key), Some((id, Dir::Original)));
+                assert_eq!(t.lookup(&reply), Some((id, Dir::Reply)));
+                for zone in 0..5u16 {
+                    let mut moved = reply;
+                    moved.network = zone;
+                    assert_eq!(t.lookup(&moved), model.get(&moved).copied(), "{moved:?}");
+                }
+            }
+            assert_eq!(t.len(), conns.len());
+        }
+    }
+
     /// For an IPv4 key the reply tuple of a NAT is the external tuple the allocator
     /// asks about.
     #[test]
@@ -1690,8 +1780,10 @@ mod tests {
             );
             assert_eq!(
                 reply_tuple(&k, Some(nat)),
-                nat_tuple(3, proto, &k.dst, k.dst_port, nat)
+                nat_tuple(proto, &k.dst, k.dst_port, nat)
             );
+            assert_eq!(reply_tuple(&k, Some(nat)).network, NAT_ZONE);
+            assert_eq!(reply_tuple(&k, None).network, 3);
         }
     }
 

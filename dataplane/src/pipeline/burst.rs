@@ -250,6 +250,194 @@ pub(crate) mod testing {
         f
     }
 
+    /// The ports [`udn_snapshot`] adds: a pod port in each of two user-defined
+    /// networks (their pods both 10.128.0.5) and a host port.
+    pub const POD_A: u16 = 2;
+    pub const POD_B: u16 = 3;
+    pub const HOST: u16 = 4;
+    pub const GW_MAC_A: [u8; 6] = [2, 0xfe, 0, 0, 0, 0x1a];
+    pub const GW_MAC_B: [u8; 6] = [2, 0xfe, 0, 0, 0, 0x1b];
+    pub const HOST_MAC: [u8; 6] = [2, 0xfe, 0, 0, 0, 0x40];
+    pub const POD_MAC_A: [u8; 6] = [2, 0, 0, 0, 0xa, 5];
+    pub const POD_MAC_B: [u8; 6] = [2, 0, 0, 0, 0xb, 5];
+    pub const HOST_PEER_MAC: [u8; 6] = [2, 0, 0, 0, 0x40, 1];
+    /// The UDN pods' address (the same in both networks) and the node IP.
+    pub const UDN_POD: Ipv4Addr = Ipv4Addr::new(10, 128, 0, 5);
+    pub const NODE: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
+    /// The host port's peer (the kubelet) and an address behind it.
+    pub const HOST_PEER: Ipv4Addr = Ipv4Addr::new(172, 16, 0, 2);
+    /// Next hops [`udn_snapshot`] adds to [`snapshot`]'s three.
+    pub const NH_POD_A: u32 = 3;
+    pub const NH_POD_B: u32 = 4;
+    pub const NH_ISOLATED: u32 = 5;
+    pub const NH_HOST: u32 = 6;
+
+    /// [`snapshot`] with user-defined networks: network 0 `default` (pod port 0, uplink 1
+    /// with node IP 192.0.2.10 and SNAT on, host port 4 towards 172.16.0.0/24),
+    /// networks 1 `udn-a` and 2 `udn-b` (user-defined; pod ports 2 and 3, each with its
+    /// pod at 10.128.0.5). Routes: in `default` also 10.128.0.5/32 to pod-a (a route
+    /// crossing into udn-a) and 172.16.0.0/24 to the host port; in `udn-a` its pod, the
+    /// default route via the uplink of `default`, 10.1.0.0/16 isolated, 10.128.1.0/24
+    /// to pod-b (crossing into udn-b); in `udn-b` its pod and the default route via the
+    /// uplink. SNAT's VPC is 198.51.100.0/24 (not masqueraded from `default`).
+    pub fn udn_snapshot() -> Snapshot {
+        use crate::snapshot::Network;
+        use crate::wire::Ipv4Cidr;
+        let mut snap = snapshot();
+        let pod_port = |name: &str, network, mac, pod_mac: [u8; 6]| PortState {
+            name: String::from(name),
+            dpdk_id: 0,
+            role: PortRole::Pod,
+            network,
+            mac: EthernetAddress(mac),
+            mtu: 1500,
+            pod_mac: Some(EthernetAddress(pod_mac)),
+            local_v4: vec![Ipv4Addr::new(169, 254, 1, 1)],
+            local_v6: Vec::new(),
+            xconnect: None,
+            pod_sources: super::super::port_security::sources(Some(pod_mac), &["10.128.0.5"], &[]),
+            locked: false,
+        };
+        snap.ports.push(pod_port("pod-a", 1, GW_MAC_A, POD_MAC_A));
+        snap.ports.push(pod_port("pod-b", 2, GW_MAC_B, POD_MAC_B));
+        snap.ports.push(PortState {
+            name: "host".into(),
+            dpdk_id: 0,
+            role: PortRole::Host,
+            network: 0,
+            mac: EthernetAddress(HOST_MAC),
+            mtu: 1500,
+            pod_mac: None,
+            local_v4: vec![Ipv4Addr::new(172, 16, 0, 1)],
+            local_v6: Vec::new(),
+            xconnect: None,
+            pod_sources: Default::default(),
+            locked: false,
+        });
+        let mut hops = (*snap.next_hops).clone();
+        hops.extend([
+            NextHopEntry::Port {
+                port: POD_A,
+                via: None,
+            },
+            NextHopEntry::Port {
+                port: POD_B,
+                via: None,
+            },
+            NextHopEntry::Isolated,
+            NextHopEntry::Port {
+                port: HOST,
+                via: None,
+            },
+        ]);
+        snap.next_hops = Arc::new(hops);
+        let mut lpm = (*snap.networks[0].lpm4).clone();
+        lpm.insert(UDN_POD, 32, NH_POD_A).expect("route");
+        lpm.insert(Ipv4Addr::new(172, 16, 0, 0), 24, NH_HOST)
+            .expect("route");
+        snap.networks[0].lpm4 = Arc::new(lpm);
+        let udn = |name: &str, pod_nh: u32, extra: &[(Ipv4Addr, u8, u32)]| {
+            let mut net = Network::new(
+                name,
+                Ipv4Addr::new(169, 254, 1, 1),
+                "fe80::1".parse().expect("v6"),
+            );
+            net.user_defined = true;
+            let mut lpm = Lpm4::new();
+            lpm.insert(UDN_POD, 32, pod_nh).expect("route");
+            lpm.insert(Ipv4Addr::UNSPECIFIED, 0, 1).expect("route");
+            for &(a, len, nh) in extra {
+                lpm.insert(a, len, nh).expect("route");
+            }
+            net.lpm4 = Arc::new(lpm);
+            net
+        };
+        snap.networks.push(udn(
+            "udn-a",
+            NH_POD_A,
+            &[
+                (Ipv4Addr::new(10, 1, 0, 0), 16, NH_ISOLATED),
+                (Ipv4Addr::new(10, 128, 1, 0), 24, NH_POD_B),
+            ],
+        ));
+        snap.networks.push(udn("udn-b", NH_POD_B, &[]));
+        let mut neighbors = (*snap.neighbors).clone();
+        neighbors.insert(
+            (0u16, IpAddr::V4(HOST_PEER)),
+            Neighbor {
+                mac: EthernetAddress(HOST_PEER_MAC),
+                port: HOST,
+            },
+        );
+        snap.neighbors = Arc::new(neighbors);
+        snap.snat = Arc::new(crate::nat::SnatPolicy {
+            node_ips: vec![NODE],
+            vpc_cidrs: vec![Ipv4Cidr::new(Ipv4Addr::new(198, 51, 100, 0), 24).expect("cidr")],
+            ..Default::default()
+        });
+        snap.resolve_gateways();
+        snap.update_locked();
+        snap
+    }
+
+    /// An Ethernet/IPv4/TCP frame (a 20-byte TCP header with `flags`, sequence `seq`
+    /// and acknowledgement `ack`, window 65535, no payload; the IPv4 header checksum
+    /// valid).
+    #[allow(clippy::too_many_arguments)]
+    pub fn tcp4(
+        src_mac: [u8; 6],
+        dst_mac: [u8; 6],
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        sport: u16,
+        dport: u16,
+        flags: u8,
+        seq: u32,
+        ack: u32,
+    ) -> Vec<u8> {
+        let mut tcp = vec![0u8; 20];
+        tcp[0..2].copy_from_slice(&sport.to_be_bytes());
+        tcp[2..4].copy_from_slice(&dport.to_be_bytes());
+        tcp[4..8].copy_from_slice(&seq.to_be_bytes());
+        tcp[8..12].copy_from_slice(&ack.to_be_bytes());
+        tcp[12] = 5 << 4;
+        tcp[13] = flags;
+        tcp[14..16].copy_from_slice(&65535u16.to_be_bytes());
+        ipv4(src_mac, dst_mac, src, dst, 6, &tcp)
+    }
+
+    /// An Ethernet/IPv4 frame with protocol `proto` and payload `l4`, TTL 64, DF set,
+    /// the header checksum valid.
+    pub fn ipv4(
+        src_mac: [u8; 6],
+        dst_mac: [u8; 6],
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        proto: u8,
+        l4: &[u8],
+    ) -> Vec<u8> {
+        let mut f = vec![0u8; 34];
+        f[0..6].copy_from_slice(&dst_mac);
+        f[6..12].copy_from_slice(&src_mac);
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        f[14..34].copy_from_slice(&ipv4_header(src, dst, proto, l4.len()));
+        f.extend_from_slice(l4);
+        f
+    }
+
+    /// A 20-byte IPv4 header (TTL 64, DF) for `payload` bytes, its checksum valid.
+    pub fn ipv4_header(src: Ipv4Addr, dst: Ipv4Addr, proto: u8, payload: usize) -> [u8; 20] {
+        let len = (20 + payload as u16).to_be_bytes();
+        let (s, d) = (src.octets(), dst.octets());
+        let mut h = [
+            0x45, 0, len[0], len[1], 0, 1, 0x40, 0, 64, proto, 0, 0, s[0], s[1], s[2], s[3], d[0],
+            d[1], d[2], d[3],
+        ];
+        let c = !checksum::data(&h);
+        h[10..12].copy_from_slice(&c.to_be_bytes());
+        h
+    }
+
     /// The burst the stages' tests run on: frames in vectors, no tracing.
     pub type TestBurst<'a> = Burst<'a, [Vec<u8>], super::super::NoTrace>;
 
@@ -280,11 +468,21 @@ pub(crate) mod testing {
         frames: &mut [Vec<u8>],
         f: impl FnOnce(&mut TestBurst<'_>) -> R,
     ) -> (R, Vec<Action>) {
+        with_burst_on(snap, POD, frames, f)
+    }
+
+    /// [`with_burst`] of a burst received on `port`.
+    pub fn with_burst_on<R>(
+        snap: &Snapshot,
+        port: u16,
+        frames: &mut [Vec<u8>],
+        f: impl FnOnce(&mut TestBurst<'_>) -> R,
+    ) -> (R, Vec<Action>) {
         let mut actions = vec![Action::Drop(DropReason::Malformed); frames.len()];
         let mut s = Box::<Scratch>::default();
         let mut t = super::super::NoTrace;
-        let mut b = Burst::new(snap, POD, frames, &mut actions, &mut s, None, &mut t)
-            .expect("the pod port exists");
+        let mut b = Burst::new(snap, port, frames, &mut actions, &mut s, None, &mut t)
+            .expect("the port exists");
         let r = f(&mut b);
         (r, actions)
     }

@@ -9,9 +9,11 @@
 //! work on is [`Conntrack`].
 
 use super::burst::{Burst, Scratch};
-use super::{trace, Action, Frames, Parsed, Stage, Tracer};
+use super::{net_name, trace, Action, Frames, Parsed, Stage, Tracer};
 use crate::acl::table::Direction;
-use crate::conntrack::{ConnId, Conntrack, Dir, InsertError, KeyHash, L4Info, Nat, TrackVerdict};
+use crate::conntrack::{
+    ConnId, Conntrack, Dir, InsertError, KeyHash, L4Info, Nat, TrackVerdict, NAT_ZONE,
+};
 use crate::counters::DropReason;
 use crate::flow::{Family, FlowKey};
 use crate::nat::rewrite::{self, Endpoint};
@@ -226,8 +228,9 @@ fn lookup_into<T: Tracer>(
         trace!(
             t,
             Stage::Conntrack,
-            "connection {} {} ({}), {}",
+            "connection {} of network {} {} ({}), {}",
             id.index(),
+            net_name(snap, conn.zone()),
             conn.state(),
             if dir == Dir::Original {
                 "original"
@@ -259,13 +262,17 @@ fn lookup_into<T: Tracer>(
             trace!(
                 t,
                 Stage::Nat,
-                "reply to {}:{} translated back to {}:{}",
+                "reply to {}:{} translated back to {}:{} (reply in zone {} → network {})",
                 nat.addr,
                 nat.port,
                 addr,
-                port
+                port,
+                NAT_ZONE,
+                net_name(snap, conn.zone())
             );
             set_endpoint(&mut parsed.key, Endpoint::Dst, addr, port);
+            // The reply goes on in the pod's network: routed there, not in zone 0.
+            parsed.key.network = conn.zone();
         }
         *mark = CtMark::Tracked {
             id,
@@ -275,7 +282,7 @@ fn lookup_into<T: Tracer>(
         };
         return Ok(());
     }
-    *mark = untracked(ct, parsed, frame, t)?;
+    *mark = untracked(snap, ct, parsed, frame, t)?;
     Ok(())
 }
 
@@ -301,21 +308,28 @@ fn echo_against(parsed: &Parsed, frame: &[u8], dir: Dir) -> bool {
 /// masqueraded packet); anything else is not tracked (yet).
 #[inline(never)]
 fn untracked<T: Tracer>(
+    snap: &Snapshot,
     ct: &mut Conntrack,
     parsed: &mut Parsed,
     frame: &mut [u8],
     t: &mut T,
 ) -> Result<CtMark, Action> {
     if is_icmp_error(parsed, frame) {
-        return icmp_error(ct, parsed, frame, t);
+        return icmp_error(snap, ct, parsed, frame, t);
     }
-    trace!(t, Stage::Conntrack, "no connection");
+    trace!(
+        t,
+        Stage::Conntrack,
+        "no connection in network {}",
+        net_name(snap, parsed.key.network)
+    );
     Ok(CtMark::None)
 }
 
 /// [`untracked`] of an ICMP error (out of line: the common case stays small).
 #[inline(never)]
 fn icmp_error<T: Tracer>(
+    snap: &Snapshot,
     ct: &mut Conntrack,
     parsed: &mut Parsed,
     frame: &mut [u8],
@@ -330,8 +344,9 @@ fn icmp_error<T: Tracer>(
         trace!(
             t,
             Stage::Conntrack,
-            "ICMP error about connection {}: related",
-            id.index()
+            "ICMP error about connection {} of network {}: related",
+            id.index(),
+            net_name(snap, conn.zone())
         );
         if let (Dir::Reply, Some(_)) = (dir, conn.nat()) {
             // From the remote side about a masqueraded packet: back to the pod.
@@ -348,13 +363,26 @@ fn icmp_error<T: Tracer>(
             ) {
                 return Err(Action::Drop(DropReason::Malformed));
             }
-            trace!(t, Stage::Nat, "ICMP error translated back to {}", pod);
+            trace!(
+                t,
+                Stage::Nat,
+                "ICMP error translated back to {} (zone {} → network {})",
+                pod,
+                NAT_ZONE,
+                net_name(snap, conn.zone())
+            );
             let port = parsed.key.dst_port;
             set_endpoint(&mut parsed.key, Endpoint::Dst, pod, port);
+            parsed.key.network = conn.zone();
         }
         return Ok(CtMark::Related { id, dir });
     }
-    trace!(t, Stage::Conntrack, "no connection");
+    trace!(
+        t,
+        Stage::Conntrack,
+        "no connection in network {}",
+        net_name(snap, parsed.key.network)
+    );
     Ok(CtMark::None)
 }
 
@@ -378,7 +406,10 @@ fn set_endpoint(key: &mut FlowKey, which: Endpoint, addr: Ipv4Addr, port: u16) {
     }
 }
 
-/// Whether a first packet from `input` leaving through `output` is masqueraded.
+/// Whether a first packet from `input` leaving through `output` is masqueraded: pod
+/// traffic (IPv4 TCP, UDP, ICMP echo requests) leaving through an uplink, to a
+/// destination the SNAT policy masquerades — or, from a user-defined network through
+/// an uplink of the default network, to any destination (while SNAT is on).
 fn masquerades(
     snap: &Snapshot,
     input: &PortState,
@@ -397,7 +428,41 @@ fn masquerades(
             TCP | 17 => true,
             _ => false,
         }
-        && snap.snat.applies(Ipv4Addr::from(key.dst_v4()))
+        && (snap.snat.applies(Ipv4Addr::from(key.dst_v4()))
+            || (key.network != output.network
+                && output.network == NAT_ZONE
+                && !snap.snat.node_ips.is_empty()
+                && snap.user_defined(key.network)))
+}
+
+/// Whether a packet about to leave through `output` (an uplink of the default network,
+/// from a user-defined network: a crossing the route stage checks) leaves masqueraded:
+/// the original direction of a masqueraded connection, a pod's ICMP error about one of
+/// its replies, or the first packet of a connection the commit will masquerade
+/// ([`masquerades`]). `mark` is what the lookup found for it this burst.
+pub(super) fn masqueraded_egress(
+    snap: &Snapshot,
+    ct: &Conntrack,
+    input: &PortState,
+    output: &PortState,
+    parsed: &Parsed,
+    mark: CtMark,
+    frame: &[u8],
+) -> bool {
+    match mark {
+        CtMark::Tracked {
+            dir: Dir::Original,
+            nat,
+            ..
+        } => nat.is_some(),
+        CtMark::Tracked { .. } => false,
+        CtMark::Related {
+            id,
+            dir: Dir::Original,
+        } => ct.table.get(id).is_some_and(|c| c.nat().is_some()),
+        CtMark::Related { .. } => false,
+        CtMark::None => masquerades(snap, input, output, parsed, frame),
+    }
 }
 
 /// What [`prefetch_snat`] worked out for a packet that the commit would otherwise
@@ -565,7 +630,7 @@ fn commit_one<T: Tracer>(
             ct.table.set_acl_generation(id, snap.acl.generation);
         }
         if let (Dir::Original, Some(nat)) = (dir, nat) {
-            masquerade(&s.parsed[i], frame, nat, t)?;
+            masquerade(snap, &s.parsed[i], frame, nat, t)?;
         }
         return Ok(());
     }
@@ -683,8 +748,9 @@ fn commit_untracked<T: Tracer>(
                     trace!(
                         t,
                         Stage::Conntrack,
-                        "new connection {}{}",
+                        "new connection {} in network {}{}",
                         id.index(),
+                        net_name(snap, key.network),
                         if reflect { " (reflect)" } else { "" }
                     );
                 }
@@ -693,7 +759,7 @@ fn commit_untracked<T: Tracer>(
                     return Err(Action::Drop(DropReason::CtInvalid));
                 }
                 Err(InsertError::Exists) => {
-                    return join_burst_connection(ct, parsed, frame, hash, &l4, t);
+                    return join_burst_connection(snap, ct, parsed, frame, hash, &l4, t);
                 }
                 Err(e @ (InsertError::TableFull | InsertError::ZoneFull)) => {
                     trace!(t, Stage::Conntrack, "not tracked ({}): drop", e);
@@ -701,7 +767,7 @@ fn commit_untracked<T: Tracer>(
                 }
             }
             if let Some(free) = nat {
-                masquerade(parsed, frame, free.nat, t)?;
+                masquerade(snap, parsed, frame, free.nat, t)?;
             }
             Ok(())
         }
@@ -715,6 +781,7 @@ fn commit_untracked<T: Tracer>(
 /// than dropped (netfilter resolves the same race at confirmation).
 #[inline(never)]
 fn join_burst_connection<T: Tracer>(
+    snap: &Snapshot,
     ct: &mut Conntrack,
     parsed: &Parsed,
     frame: &mut [u8],
@@ -758,7 +825,7 @@ fn join_burst_connection<T: Tracer>(
         id.index()
     );
     match (dir, nat) {
-        (Dir::Original, Some(nat)) => masquerade(parsed, frame, nat, t),
+        (Dir::Original, Some(nat)) => masquerade(snap, parsed, frame, nat, t),
         // A reply to a masqueraded connection in the burst that opened it would have
         // been routed to the node address: it cannot be translated back here.
         (Dir::Reply, Some(_)) => Err(Action::Drop(DropReason::CtInvalid)),
@@ -768,6 +835,7 @@ fn join_burst_connection<T: Tracer>(
 
 #[inline]
 fn masquerade<T: Tracer>(
+    snap: &Snapshot,
     parsed: &Parsed,
     frame: &mut [u8],
     nat: Nat,
@@ -787,11 +855,13 @@ fn masquerade<T: Tracer>(
     trace!(
         t,
         Stage::Nat,
-        "source {}:{} masqueraded to {}:{}",
+        "source {}:{} masqueraded to {}:{} (network {} → zone {})",
         parsed.key.src_ip(),
         parsed.key.src_port,
         nat.addr,
-        nat.port
+        nat.port,
+        net_name(snap, parsed.key.network),
+        NAT_ZONE
     );
     Ok(())
 }
@@ -1035,5 +1105,293 @@ mod tests {
         });
         assert_eq!(ok, 1);
         assert_eq!(mark, CtMark::None);
+    }
+
+    // User-defined networks: overlapping pods egressing through the default network's
+    // uplink, masqueraded, their replies back in zone 0 and into the right network.
+
+    use super::super::burst::testing::{
+        udn_snapshot, GW_MAC_A, GW_MAC_B, NODE, POD_A, POD_B, POD_MAC, POD_MAC_A, POD_MAC_B,
+        ROUTER_MAC, UDN_POD,
+    };
+    use super::super::{process_burst, Recorder};
+    use crate::conntrack::tcp_flags::{ACK, SYN};
+
+    /// In the SNAT policy's VPC: not masqueraded from the default network, always from a
+    /// user-defined one.
+    const SERVER: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 10);
+
+    fn run_burst(
+        snap: &Snapshot,
+        ct: &mut Conntrack,
+        port: u16,
+        frames: &mut [Vec<u8>],
+    ) -> Vec<Action> {
+        let mut actions = vec![Action::Drop(DropReason::Malformed); frames.len()];
+        let mut s = Box::<Scratch>::default();
+        process_burst(
+            snap,
+            port,
+            frames,
+            &mut actions,
+            &mut s,
+            Some(ct),
+            &mut NoTrace,
+        );
+        actions
+    }
+
+    /// Source, destination, source port, destination port and destination MAC of an
+    /// IPv4 TCP/UDP frame.
+    fn tuple(f: &[u8]) -> (Ipv4Addr, Ipv4Addr, u16, u16, [u8; 6]) {
+        let at = |i: usize| Ipv4Addr::new(f[i], f[i + 1], f[i + 2], f[i + 3]);
+        let port = |i: usize| u16::from_be_bytes([f[i], f[i + 1]]);
+        let mut mac = [0; 6];
+        mac.copy_from_slice(&f[0..6]);
+        (at(26), at(30), port(34), port(36), mac)
+    }
+
+    fn syn_from(port: u16) -> Vec<u8> {
+        let (mac, gw) = if port == POD_A {
+            (POD_MAC_A, GW_MAC_A)
+        } else {
+            (POD_MAC_B, GW_MAC_B)
+        };
+        testing::tcp4(mac, gw, UDN_POD, SERVER, 40000, 80, SYN, 1, 0)
+    }
+
+    fn from_server(dport: u16, flags: u8) -> Vec<u8> {
+        testing::tcp4(ROUTER_MAC, UPLINK_MAC, SERVER, NODE, 80, dport, flags, 9, 2)
+    }
+
+    /// A destination unreachable from the router to the node about a packet of
+    /// `NODE:nat_port -> SERVER:80` (its IP header and first 8 bytes).
+    fn unreachable_about(nat_port: u16) -> Vec<u8> {
+        let mut icmp = vec![3, 1, 0, 0, 0, 0, 0, 0];
+        icmp.extend_from_slice(&testing::ipv4_header(NODE, SERVER, 6, 20));
+        icmp.extend_from_slice(&nat_port.to_be_bytes());
+        icmp.extend_from_slice(&80u16.to_be_bytes());
+        icmp.extend_from_slice(&2u32.to_be_bytes());
+        let c = !crate::wire::checksum::data(&icmp);
+        icmp[2..4].copy_from_slice(&c.to_be_bytes());
+        testing::ipv4(ROUTER_MAC, UPLINK_MAC, testing::ROUTER, NODE, 1, &icmp)
+    }
+
+    /// Two pods with the same address in two user-defined networks open connections
+    /// from the same port to the same server at the same time: two connections, each
+    /// masqueraded to its own node port; the server's replies (and an ICMP error) to
+    /// each node port come back translated to 10.128.0.5:40000 and leave through the
+    /// pod port of the right network; a reply to a node port nobody has is not
+    /// delivered.
+    #[test]
+    fn overlapping_pods_of_two_networks_egress_and_get_their_own_replies() {
+        let mut snap = udn_snapshot();
+        Arc::make_mut(&mut snap.snat).ports = vec![(61000, 61001)];
+        let mut ct = conntrack();
+        let mut out = [0u16; 2];
+        for (k, port) in [POD_A, POD_B].into_iter().enumerate() {
+            let mut f = [syn_from(port)];
+            assert_eq!(
+                run_burst(&snap, &mut ct, port, &mut f),
+                [Action::Forward { port: UPLINK }]
+            );
+            let (src, dst, sport, dport, _) = tuple(&f[0]);
+            assert_eq!((src, dst, dport), (NODE, SERVER, 80), "masqueraded");
+            out[k] = sport;
+        }
+        assert_ne!(out[0], out[1], "one node port per connection, across zones");
+        assert_eq!(ct.table.len(), 2);
+        let zones: Vec<u16> = ct.table.iter().map(|(_, c)| c.zone()).collect();
+        assert!(zones.contains(&1) && zones.contains(&2), "{zones:?}");
+
+        // Both replies in one burst, with a plain routed packet of the default network
+        // between them (the batched lookup and the one-by-one lookups mixed).
+        let mut frames = vec![
+            from_server(out[1], SYN | ACK),
+            testing::tcp4(
+                ROUTER_MAC,
+                UPLINK_MAC,
+                SERVER,
+                Ipv4Addr::new(10, 1, 0, 2),
+                80,
+                5555,
+                ACK,
+                1,
+                1,
+            ),
+            from_server(out[0], SYN | ACK),
+        ];
+        let actions = run_burst(&snap, &mut ct, UPLINK, &mut frames);
+        assert_eq!(
+            actions,
+            [
+                Action::Forward { port: POD_B },
+                Action::Forward { port: POD },
+                Action::Forward { port: POD_A },
+            ]
+        );
+        assert_eq!(
+            tuple(&frames[0]),
+            (SERVER, UDN_POD, 80, 40000, POD_MAC_B),
+            "translated back to pod-b"
+        );
+        assert_eq!(tuple(&frames[1]).4, POD_MAC, "the default network's pod");
+        assert_eq!(
+            tuple(&frames[2]),
+            (SERVER, UDN_POD, 80, 40000, POD_MAC_A),
+            "translated back to pod-a"
+        );
+
+        // An ICMP error about each connection's masqueraded packet (RELATED) goes to
+        // its pod, the quoted packet translated back too.
+        for (nat_port, port, mac) in [(out[0], POD_A, POD_MAC_A), (out[1], POD_B, POD_MAC_B)] {
+            let mut f = [unreachable_about(nat_port)];
+            assert_eq!(
+                run_burst(&snap, &mut ct, UPLINK, &mut f),
+                [Action::Forward { port }]
+            );
+            let (_, dst, ..) = tuple(&f[0]);
+            assert_eq!((dst, &f[0][0..6]), (UDN_POD, &mac[..]));
+            let quoted = &f[0][42..];
+            assert_eq!(&quoted[12..16], &UDN_POD.octets(), "quoted source");
+            assert_eq!(&quoted[20..22], &40000u16.to_be_bytes(), "quoted port");
+        }
+
+        // A node port no connection has: not delivered (it is the node's own address).
+        let mut f = [from_server(61005, ACK)];
+        let actions = run_burst(&snap, &mut ct, UPLINK, &mut f);
+        assert!(!matches!(actions[0], Action::Forward { .. }), "{actions:?}");
+        let mut f = [unreachable_about(61005)];
+        let actions = run_burst(&snap, &mut ct, UPLINK, &mut f);
+        assert!(!matches!(actions[0], Action::Forward { .. }), "{actions:?}");
+
+        // The pods' next packets are their connections', still masqueraded the same.
+        for (k, port) in [POD_A, POD_B].into_iter().enumerate() {
+            let (mac, gw) = if port == POD_A {
+                (POD_MAC_A, GW_MAC_A)
+            } else {
+                (POD_MAC_B, GW_MAC_B)
+            };
+            let mut f = [testing::tcp4(
+                mac, gw, UDN_POD, SERVER, 40000, 80, ACK, 2, 10,
+            )];
+            assert_eq!(
+                run_burst(&snap, &mut ct, port, &mut f),
+                [Action::Forward { port: UPLINK }]
+            );
+            assert_eq!(tuple(&f[0]).2, out[k]);
+        }
+        assert_eq!(ct.table.len(), 2);
+    }
+
+    /// The external tuple is unique node-wide: with one SNAT port, the second network's
+    /// pod finds it taken (the first connection's reply tuple is in zone 0 too).
+    #[test]
+    fn one_snat_port_is_not_handed_out_to_two_networks() {
+        let mut snap = udn_snapshot();
+        Arc::make_mut(&mut snap.snat).ports = vec![(61000, 61000)];
+        let mut ct = conntrack();
+        let mut f = [syn_from(POD_A)];
+        assert_eq!(
+            run_burst(&snap, &mut ct, POD_A, &mut f),
+            [Action::Forward { port: UPLINK }]
+        );
+        let mut f = [syn_from(POD_B)];
+        assert_eq!(
+            run_burst(&snap, &mut ct, POD_B, &mut f),
+            [Action::Drop(DropReason::SnatPortsExhausted)]
+        );
+    }
+
+    /// The default network keeps its SNAT policy: its pod's traffic to the VPC is not
+    /// masqueraded (and not tracked), while a user-defined network's to the same
+    /// address is.
+    #[test]
+    fn the_default_network_keeps_its_snat_policy() {
+        let snap = udn_snapshot();
+        let mut ct = conntrack();
+        let mut f = [testing::tcp4(
+            POD_MAC,
+            GW_MAC,
+            Ipv4Addr::new(10, 1, 0, 2),
+            SERVER,
+            40000,
+            80,
+            SYN,
+            1,
+            0,
+        )];
+        assert_eq!(
+            run_burst(&snap, &mut ct, POD, &mut f),
+            [Action::Forward { port: UPLINK }]
+        );
+        assert_eq!(
+            tuple(&f[0]).0,
+            Ipv4Addr::new(10, 1, 0, 2),
+            "not masqueraded"
+        );
+        assert!(ct.table.is_empty());
+        let mut f = [syn_from(POD_A)];
+        run_burst(&snap, &mut ct, POD_A, &mut f);
+        assert_eq!(tuple(&f[0]).0, NODE);
+    }
+
+    /// The trace names the network at each stage: the masquerade from udn-a, the reply
+    /// found in zone 0 and translated back into udn-a, routed there.
+    #[test]
+    fn trace_names_the_networks() {
+        let snap = udn_snapshot();
+        let mut ct = conntrack();
+        let mut rec = Recorder::default();
+        let mut syn = syn_from(POD_A);
+        let action = super::super::process_ct(&snap, POD_A, &mut syn, Some(&mut ct), &mut rec);
+        assert_eq!(action, Action::Forward { port: UPLINK });
+        let lines: Vec<String> = rec
+            .stages
+            .iter()
+            .map(|(s, d)| format!("{} {}", s.name(), d))
+            .collect();
+        let has = |lines: &[String], want: &str| lines.iter().any(|l| l.contains(want));
+        assert!(
+            has(&lines, "ct no connection in network udn-a"),
+            "{lines:#?}"
+        );
+        assert!(
+            has(
+                &lines,
+                "leaves through uplink uplink of network default, masqueraded"
+            ),
+            "{lines:#?}"
+        );
+        assert!(
+            has(&lines, "ct new connection 0 in network udn-a"),
+            "{lines:#?}"
+        );
+        assert!(has(&lines, "(network udn-a → zone 0)"), "{lines:#?}");
+        let port = tuple(&syn).2;
+        let mut rec = Recorder::default();
+        let mut reply = from_server(port, SYN | ACK);
+        let action = super::super::process_ct(&snap, UPLINK, &mut reply, Some(&mut ct), &mut rec);
+        assert_eq!(action, Action::Forward { port: POD_A });
+        let lines: Vec<String> = rec
+            .stages
+            .iter()
+            .map(|(s, d)| format!("{} {}", s.name(), d))
+            .collect();
+        assert!(
+            has(&lines, "ct connection 0 of network udn-a"),
+            "{lines:#?}"
+        );
+        assert!(
+            has(
+                &lines,
+                "translated back to 10.128.0.5:40000 (reply in zone 0 → network udn-a)"
+            ),
+            "{lines:#?}"
+        );
+        assert!(
+            has(&lines, "route 10.128.0.5 in network udn-a -> port pod-a"),
+            "{lines:#?}"
+        );
     }
 }

@@ -7,20 +7,19 @@
 use super::burst::Burst;
 use super::{trace, Action, Frames, Parsed, Punt, Stage, Tracer};
 use crate::counters::DropReason;
-use crate::snapshot::{PortRole, PortState, Snapshot};
+use crate::snapshot::{PortRole, Snapshot};
 use crate::wire::{EthernetAddress, EthernetFrame, Ipv4Packet, Ipv6Packet};
 use std::net::IpAddr;
 
 /// The stage, over the packets `s.routed` lists: each gets its verdict.
 #[inline(always)]
 pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
-    let (snap, port, s) = (b.snap, b.port, &*b.s);
+    let (snap, s) = (b.snap, &*b.s);
     for &i in &s.routed[..b.n_routed] {
         let i = usize::from(i);
         let (out, via) = s.hop[i];
         b.actions[i] = finish(
             snap,
-            port,
             &s.parsed[i],
             out,
             via,
@@ -36,7 +35,6 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
 #[allow(clippy::too_many_arguments)]
 fn finish<T: Tracer>(
     snap: &Snapshot,
-    port: &PortState,
     parsed: &Parsed,
     out: u16,
     via: Option<IpAddr>,
@@ -72,7 +70,9 @@ fn finish<T: Tracer>(
         }
         (_, via) => {
             let target = via.unwrap_or_else(|| parsed.key.dst_ip());
-            match snap.neighbor(port.network, target) {
+            // The neighbour is in the output port's network (the packet's, except for a
+            // user-defined network's egress through an uplink of the default network).
+            match snap.neighbor(out_port.network, target) {
                 Some(n) => {
                     trace!(t, Stage::Neighbor, "{} is {}", target, n.mac);
                     n.mac
@@ -86,7 +86,7 @@ fn finish<T: Tracer>(
                         out_port.name
                     );
                     return Action::Punt(Punt::Resolve {
-                        network: port.network,
+                        network: out_port.network,
                         ip: target,
                         port: out,
                     });

@@ -1,26 +1,34 @@
 //! The route stage: one batched lookup in the input network's IPv4 table for every IPv4
-//! packet left (prefetching the table), IPv6 packets one by one, then each packet's
-//! next hop — a port (listed in `s.routed` with its output port and gateway in `s.hop`
-//! and the next hop in `s.nh`), a blackhole, one of Ferrule's addresses (answered
-//! here), or no route (an ICMP error).
+//! packet of that network left (prefetching the table); IPv6 packets, and packets of
+//! another network (replies translated back into a user-defined network), one by one in
+//! their own network; then each packet's next hop — a port (listed in `s.routed` with
+//! its output port and gateway in `s.hop` and the next hop in `s.nh`), a blackhole, an
+//! isolated destination, one of Ferrule's addresses (answered here), or no route (an
+//! ICMP error). A route to a port of another network than the packet's is a crossing,
+//! allowed only for a user-defined network's masqueraded egress through an uplink of
+//! the default network ([`crossing`]); packets from or to a locked port pass only as
+//! [`locked`] says.
 
 use super::burst::Burst;
+use super::ct::{self, CtMark};
 use super::{local, net_name, trace, Action, Frames, IcmpErrorKind, Parsed, Stage, Tracer};
+use crate::conntrack::Conntrack;
 use crate::counters::DropReason;
 use crate::lpm;
-use crate::snapshot::{NextHopEntry, PortState, Snapshot};
+use crate::snapshot::{NextHopEntry, PortRole, PortState, Snapshot};
 use std::net::IpAddr;
 
 /// The stage, over the packets `s.ok` lists.
 #[inline(always)]
 pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
     let (snap, port, s) = (b.snap, b.port, &mut *b.s);
-    let (mut n4, mut n6) = (0usize, 0usize);
+    let (mut n4, mut n1) = (0usize, 0usize);
     for &i in &s.ok[..b.n_ok] {
         let parsed = &s.parsed[usize::from(i)];
-        if parsed.is_ipv6() {
-            s.pending6[n6] = i;
-            n6 += 1;
+        // (One test for both: a translated reply is in another network.)
+        if parsed.is_ipv6() | (parsed.key.network != port.network) {
+            s.pending6[n1] = i;
+            n1 += 1;
         } else {
             s.pending4[n4] = i;
             s.dst4[n4] = u32::from_be_bytes(v4_octets(&parsed.key.dst));
@@ -31,8 +39,12 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
     if let Some(net) = net {
         net.lpm4.lookup_batch(&s.dst4[..n4], &mut s.nh4[..n4]);
     }
+    let checks = Checks {
+        any_locked: snap.any_locked,
+        ct: b.ct.as_deref(),
+    };
     let mut n_routed = 0usize;
-    for k in 0..n4 + n6 {
+    for k in 0..n4 + n1 {
         let (i, nh) = if k < n4 {
             let nh = if net.is_some() {
                 s.nh4[k]
@@ -42,13 +54,18 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
             (usize::from(s.pending4[k]), nh)
         } else {
             let i = usize::from(s.pending6[k - n4]);
-            let nh = match (net, s.parsed[i].key.dst_ip()) {
-                (Some(net), IpAddr::V6(a)) => net.lpm6.lookup(a).unwrap_or(lpm::NO_ROUTE),
-                _ => lpm::NO_ROUTE,
-            };
-            (i, nh)
+            (i, lookup_one(snap, &s.parsed[i]))
         };
-        match route(snap, port, &s.parsed[i], nh, b.frames.frame_mut(i), b.t) {
+        match route(
+            snap,
+            port,
+            &s.parsed[i],
+            &s.ct[i],
+            &checks,
+            nh,
+            b.frames.frame_mut(i),
+            b.t,
+        ) {
             Ok(hop) => {
                 s.hop[i] = hop;
                 s.nh[i] = nh;
@@ -61,31 +78,58 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
     b.n_routed = n_routed;
 }
 
+/// The route lookup of one packet in its own network.
+#[inline(never)]
+fn lookup_one(snap: &Snapshot, parsed: &Parsed) -> u32 {
+    let key = &parsed.key;
+    let Some(net) = snap.networks.get(usize::from(key.network)) else {
+        return lpm::NO_ROUTE;
+    };
+    match key.dst_ip() {
+        IpAddr::V4(a) => net.lpm4.lookup(a),
+        IpAddr::V6(a) => net.lpm6.lookup(a),
+    }
+    .unwrap_or(lpm::NO_ROUTE)
+}
+
+/// What the per-packet checks after the lookup need besides the packet: whether any
+/// port is locked (read once per burst), and the worker's conntrack when it is active
+/// this burst (the marks in `s.ct` are only meaningful then).
+struct Checks<'a> {
+    any_locked: bool,
+    ct: Option<&'a Conntrack>,
+}
+
 /// The IPv4 address inside an IPv4-mapped key address.
 #[inline(always)]
 fn v4_octets(mapped: &[u8; 16]) -> [u8; 4] {
     [mapped[12], mapped[13], mapped[14], mapped[15]]
 }
 
-/// Route, given the looked-up next hop: `Ok((output port, gateway))` for a packet to
-/// send on, else the action that ends its path here.
+/// Route, given the looked-up next hop (in the packet's network,
+/// `parsed.key.network`): `Ok((output port, gateway))` for a packet to send on, else
+/// the action that ends its path here.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn route<T: Tracer>(
     snap: &Snapshot,
     port: &PortState,
     parsed: &Parsed,
+    mark: &CtMark,
+    checks: &Checks<'_>,
     nh: u32,
     frame: &mut [u8],
     t: &mut T,
 ) -> Result<(u16, Option<IpAddr>), Action> {
     let dst = parsed.key.dst_ip();
+    let network = parsed.key.network;
     let Some(entry) = (nh != lpm::NO_ROUTE).then(|| snap.next_hop(nh)).flatten() else {
         trace!(
             t,
             Stage::Route,
             "no route to {} in network {}",
             dst,
-            net_name(snap, port.network)
+            net_name(snap, network)
         );
         return Err(Action::IcmpError {
             kind: IcmpErrorKind::NoRoute,
@@ -94,7 +138,7 @@ fn route<T: Tracer>(
     };
     let (out, via) = match *entry {
         NextHopEntry::Port { port, via } => (port, via),
-        NextHopEntry::Blackhole | NextHopEntry::Isolated => {
+        NextHopEntry::Blackhole => {
             trace!(
                 t,
                 Stage::Route,
@@ -109,21 +153,117 @@ fn route<T: Tracer>(
             trace!(t, Stage::Route, "{} is one of Ferrule's addresses", dst);
             return Err(local::answer(port, parsed, frame, t));
         }
+        NextHopEntry::Isolated => {
+            trace!(
+                t,
+                Stage::Route,
+                "{} in network {}: destination is in another network (isolated): drop",
+                dst,
+                net_name(snap, network)
+            );
+            return Err(Action::Drop(DropReason::NetworkIsolation));
+        }
     };
     let Some(out_port) = snap.ports.get(usize::from(out)) else {
         return Err(Action::Drop(DropReason::NoRoute));
     };
+    if out_port.network != network {
+        crossing(snap, port, out_port, parsed, mark, checks.ct, frame, t)?;
+    }
+    if checks.any_locked & (port.locked | out_port.locked) {
+        locked(snap, port, out_port, parsed, t)?;
+    }
     trace!(
         t,
         Stage::Route,
         "{} in network {} -> port {}{}",
         dst,
-        net_name(snap, port.network),
+        net_name(snap, network),
         out_port.name,
         via.map(|v| format!(" via {v}"))
             .unwrap_or_else(|| " (on-link)".into())
     );
     Ok((out, via))
+}
+
+/// A packet routed to `output`, a port of another network than the packet's: allowed
+/// only when the packet's network is user-defined, `output` is an uplink of the
+/// default network and the packet leaves masqueraded
+/// ([`ct::masqueraded_egress`]); anything else is dropped as `network-crossing`.
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+fn crossing<T: Tracer>(
+    snap: &Snapshot,
+    input: &PortState,
+    output: &PortState,
+    parsed: &Parsed,
+    mark: &CtMark,
+    ct: Option<&Conntrack>,
+    frame: &[u8],
+    t: &mut T,
+) -> Result<(), Action> {
+    let network = parsed.key.network;
+    let egress = snap.user_defined(network)
+        && output.role == PortRole::Uplink
+        && output.network == 0
+        && ct.is_some_and(|ct| {
+            ct::masqueraded_egress(snap, ct, input, output, parsed, *mark, frame)
+        });
+    if egress {
+        trace!(
+            t,
+            Stage::Route,
+            "{} in network {} leaves through uplink {} of network {}, masqueraded",
+            parsed.key.dst_ip(),
+            net_name(snap, network),
+            output.name,
+            net_name(snap, output.network)
+        );
+        return Ok(());
+    }
+    trace!(
+        t,
+        Stage::Route,
+        "{} in network {} -> port {} of network {}: would cross into another network: drop",
+        parsed.key.dst_ip(),
+        net_name(snap, network),
+        output.name,
+        net_name(snap, output.network)
+    );
+    Err(Action::Drop(DropReason::NetworkCrossing))
+}
+
+/// A packet from or to a locked port (the default-network interface of a pod whose
+/// primary network is user-defined): from it, only to a `Host` port or to a
+/// `locked_allow` address; to it, only from a `Host` port or from a `locked_allow`
+/// address. Anything else is dropped as `default-network-locked`.
+#[inline(never)]
+fn locked<T: Tracer>(
+    snap: &Snapshot,
+    input: &PortState,
+    output: &PortState,
+    parsed: &Parsed,
+    t: &mut T,
+) -> Result<(), Action> {
+    let (src, dst) = (parsed.key.src_ip(), parsed.key.dst_ip());
+    let (port, why) = if input.locked && output.role != PortRole::Host && !snap.locked_allows(dst) {
+        (input, "from")
+    } else if output.locked && input.role != PortRole::Host && !snap.locked_allows(src) {
+        (output, "to")
+    } else {
+        return Ok(());
+    };
+    trace!(
+        t,
+        Stage::Route,
+        "{} -> {} in network {}: {} locked port {} (only probes from the host and the Kubernetes API/DNS): drop",
+        src,
+        dst,
+        net_name(snap, parsed.key.network),
+        why,
+        port.name
+    );
+    Err(Action::Drop(DropReason::DefaultNetworkLocked))
 }
 
 #[cfg(test)]
@@ -166,6 +306,260 @@ mod tests {
                 kind: IcmpErrorKind::NoRoute,
                 reason: DropReason::NoRoute
             }
+        );
+    }
+
+    // Networks: isolation, crossing, locked ports.
+
+    use super::super::burst::testing::{
+        udn_snapshot, GW_MAC_A, HOST, HOST_MAC, HOST_PEER, HOST_PEER_MAC, POD_A, POD_MAC,
+        POD_MAC_A, ROUTER_MAC, UDN_POD, UPLINK_MAC,
+    };
+    use super::super::{process, process_ct, NoTrace, Recorder};
+    use crate::conntrack::tcp_flags::{ACK, SYN};
+    use crate::conntrack::{Conntrack, CtConfig, NoAdvice};
+    use crate::wire::IpCidr;
+    use std::net::Ipv4Addr;
+    use std::sync::Arc;
+
+    fn conntrack() -> Conntrack {
+        let cfg = CtConfig {
+            max_entries: 64,
+            ..CtConfig::default()
+        };
+        Conntrack::new_in(&cfg, 0, 1, true, &NoAdvice)
+    }
+
+    /// A TCP SYN from pod-a (udn-a) to `dst`.
+    fn from_pod_a(dst: [u8; 4], proto: u8) -> Vec<u8> {
+        let dst = Ipv4Addr::from(dst);
+        match proto {
+            6 => testing::tcp4(POD_MAC_A, GW_MAC_A, UDN_POD, dst, 40000, 80, SYN, 1, 0),
+            p => testing::ipv4(POD_MAC_A, GW_MAC_A, UDN_POD, dst, p, &[0; 8]),
+        }
+    }
+
+    /// The route-stage drop reason and trace of one packet, run with conntrack.
+    fn verdict(snap: &Snapshot, port: u16, mut frame: Vec<u8>) -> (Action, Vec<String>) {
+        let mut ct = conntrack();
+        let mut rec = Recorder::default();
+        let action = process_ct(snap, port, &mut frame, Some(&mut ct), &mut rec);
+        let lines = rec
+            .stages
+            .iter()
+            .map(|(s, d)| format!("{} {}", s.name(), d))
+            .collect();
+        (action, lines)
+    }
+
+    #[test]
+    fn an_isolated_destination_is_dropped() {
+        let snap = udn_snapshot();
+        let (action, lines) = verdict(&snap, POD_A, from_pod_a([10, 1, 0, 2], 6));
+        assert_eq!(action, Action::Drop(DropReason::NetworkIsolation));
+        assert!(
+            lines.iter().any(|l| l
+                == "route 10.1.0.2 in network udn-a: destination is in another network (isolated): drop"),
+            "{lines:#?}"
+        );
+    }
+
+    #[test]
+    fn routes_into_another_network_are_dropped_unless_masqueraded_egress() {
+        let snap = udn_snapshot();
+        // udn-a to a pod port of udn-b.
+        let (action, lines) = verdict(&snap, POD_A, from_pod_a([10, 128, 1, 7], 6));
+        assert_eq!(action, Action::Drop(DropReason::NetworkCrossing));
+        assert!(
+            lines.iter().any(|l| l
+                == "route 10.128.1.7 in network udn-a -> port pod-b of network udn-b: would cross into another network: drop"),
+            "{lines:#?}"
+        );
+        // The default network to a pod port of udn-a (a route of the default network).
+        let f = testing::tcp4(
+            POD_MAC,
+            testing::GW_MAC,
+            Ipv4Addr::new(10, 1, 0, 2),
+            UDN_POD,
+            40000,
+            80,
+            SYN,
+            1,
+            0,
+        );
+        assert_eq!(
+            verdict(&snap, POD, f).0,
+            Action::Drop(DropReason::NetworkCrossing)
+        );
+        // udn-a to the uplink of the default network: TCP is masqueraded and leaves;
+        // a protocol SNAT does not masquerade (GRE) does not.
+        assert_eq!(
+            verdict(&snap, POD_A, from_pod_a([8, 8, 8, 8], 6)).0,
+            Action::Forward { port: UPLINK }
+        );
+        assert_eq!(
+            verdict(&snap, POD_A, from_pod_a([8, 8, 8, 8], 47)).0,
+            Action::Drop(DropReason::NetworkCrossing)
+        );
+        // Without conntrack nothing is masqueraded: the crossing is dropped.
+        let mut f = from_pod_a([8, 8, 8, 8], 6);
+        assert_eq!(
+            process(&snap, POD_A, &mut f, &mut NoTrace),
+            Action::Drop(DropReason::NetworkCrossing)
+        );
+        // Without a node IP neither.
+        let mut off = snap.clone();
+        Arc::make_mut(&mut off.snat).node_ips.clear();
+        assert_eq!(
+            verdict(&off, POD_A, from_pod_a([8, 8, 8, 8], 6)).0,
+            Action::Drop(DropReason::NetworkCrossing)
+        );
+        // Nor from a network that is not user-defined.
+        let mut plain = snap.clone();
+        plain.networks[1].user_defined = false;
+        assert_eq!(
+            verdict(&plain, POD_A, from_pod_a([8, 8, 8, 8], 6)).0,
+            Action::Drop(DropReason::NetworkCrossing)
+        );
+    }
+
+    /// The default network's pod port 0 locked, the Kubernetes API at 10.96.0.1 and
+    /// another default-network pod at 10.1.0.3 on port 5.
+    fn locked_snapshot() -> Snapshot {
+        let mut snap = udn_snapshot();
+        snap.ports[usize::from(POD)].locked = true;
+        let mut other = snap.ports[usize::from(POD)].clone();
+        other.name = "pod-c".into();
+        other.locked = false;
+        other.mac = crate::wire::EthernetAddress([2, 0xfe, 0, 0, 0, 0x0c]);
+        other.pod_mac = Some(crate::wire::EthernetAddress([2, 0, 0, 0, 1, 3]));
+        other.pod_sources =
+            super::super::port_security::sources(Some([2, 0, 0, 0, 1, 3]), &["10.1.0.3"], &[]);
+        snap.ports.push(other);
+        let mut hops = (*snap.next_hops).clone();
+        hops.push(NextHopEntry::Port { port: 5, via: None });
+        snap.next_hops = Arc::new(hops);
+        let mut lpm = (*snap.networks[0].lpm4).clone();
+        lpm.insert(Ipv4Addr::new(10, 1, 0, 3), 32, 7)
+            .expect("route");
+        snap.networks[0].lpm4 = Arc::new(lpm);
+        snap.locked_allow = Arc::new(vec![IpCidr::new(
+            std::net::IpAddr::V4(Ipv4Addr::new(10, 96, 0, 1)),
+            32,
+        )
+        .expect("cidr")]);
+        snap.update_locked();
+        assert!(snap.any_locked);
+        snap
+    }
+
+    #[test]
+    fn a_locked_port_talks_only_to_the_host_and_the_allowed_addresses() {
+        let snap = locked_snapshot();
+        let from_locked = |dst: [u8; 4]| {
+            testing::tcp4(
+                POD_MAC,
+                testing::GW_MAC,
+                Ipv4Addr::new(10, 1, 0, 2),
+                Ipv4Addr::from(dst),
+                40000,
+                443,
+                SYN,
+                1,
+                0,
+            )
+        };
+        // To the Kubernetes API: passes; to anything else: dropped.
+        assert_eq!(
+            verdict(&snap, POD, from_locked([10, 96, 0, 1])).0,
+            Action::Forward { port: UPLINK }
+        );
+        let (action, lines) = verdict(&snap, POD, from_locked([8, 8, 8, 8]));
+        assert_eq!(action, Action::Drop(DropReason::DefaultNetworkLocked));
+        assert!(
+            lines.iter().any(|l| l
+                .starts_with("route 10.1.0.2 -> 8.8.8.8 in network default: from locked port pod")),
+            "{lines:#?}"
+        );
+        assert_eq!(
+            verdict(&snap, POD, from_locked([10, 1, 0, 3])).0,
+            Action::Drop(DropReason::DefaultNetworkLocked)
+        );
+        // To the host (a probe's answer): passes.
+        assert_eq!(
+            verdict(&snap, POD, from_locked([172, 16, 0, 2])).0,
+            Action::Forward { port: HOST }
+        );
+        // From the host (a kubelet probe): passes.
+        let probe = testing::tcp4(
+            HOST_PEER_MAC,
+            HOST_MAC,
+            HOST_PEER,
+            Ipv4Addr::new(10, 1, 0, 2),
+            50000,
+            8080,
+            SYN,
+            1,
+            0,
+        );
+        assert_eq!(verdict(&snap, HOST, probe).0, Action::Forward { port: POD });
+        // From another pod, or from beyond the uplink: dropped.
+        let from_c = testing::tcp4(
+            [2, 0, 0, 0, 1, 3],
+            [2, 0xfe, 0, 0, 0, 0x0c],
+            Ipv4Addr::new(10, 1, 0, 3),
+            Ipv4Addr::new(10, 1, 0, 2),
+            50000,
+            8080,
+            SYN,
+            1,
+            0,
+        );
+        let (action, lines) = verdict(&snap, 5, from_c);
+        assert_eq!(action, Action::Drop(DropReason::DefaultNetworkLocked));
+        assert!(
+            lines.iter().any(|l| l.contains("to locked port pod")),
+            "{lines:#?}"
+        );
+        let from_outside = testing::tcp4(
+            ROUTER_MAC,
+            UPLINK_MAC,
+            Ipv4Addr::new(8, 8, 8, 8),
+            Ipv4Addr::new(10, 1, 0, 2),
+            80,
+            40000,
+            ACK,
+            1,
+            1,
+        );
+        assert_eq!(
+            verdict(&snap, UPLINK, from_outside).0,
+            Action::Drop(DropReason::DefaultNetworkLocked)
+        );
+        // From the Kubernetes API (its answer): passes.
+        let from_kapi = testing::tcp4(
+            ROUTER_MAC,
+            UPLINK_MAC,
+            Ipv4Addr::new(10, 96, 0, 1),
+            Ipv4Addr::new(10, 1, 0, 2),
+            443,
+            40000,
+            ACK,
+            1,
+            1,
+        );
+        assert_eq!(
+            verdict(&snap, UPLINK, from_kapi).0,
+            Action::Forward { port: POD }
+        );
+        // Unlocked, the same packets pass.
+        let mut open = snap.clone();
+        open.ports[usize::from(POD)].locked = false;
+        open.update_locked();
+        assert!(!open.any_locked);
+        assert_eq!(
+            verdict(&open, POD, from_locked([8, 8, 8, 8])).0,
+            Action::Forward { port: UPLINK }
         );
     }
 }

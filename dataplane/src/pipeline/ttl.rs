@@ -42,7 +42,8 @@ fn local_ttl<T: Tracer>(
     if parsed.ttl <= 1 {
         // Rare: only here is it worth a route lookup to see whether the packet is for
         // one of Ferrule's addresses on another port, which takes it whatever its TTL.
-        if let Some((_, NextHopEntry::Local)) = snap.route(port.network, parsed.key.dst_ip()) {
+        if let Some((_, NextHopEntry::Local)) = snap.route(parsed.key.network, parsed.key.dst_ip())
+        {
             trace!(
                 t,
                 Stage::Route,

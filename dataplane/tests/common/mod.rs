@@ -135,6 +135,7 @@ pub fn snapshot() -> Snapshot {
         acl: Default::default(),
         snat: Default::default(),
         locked_allow: Default::default(),
+        any_locked: false,
     };
     // The gateways of resolved routes, as the control thread precomputes them.
     snap.resolve_gateways();
