@@ -217,6 +217,9 @@ fn attach(
         .unwrap_or_else(|| panic!("an address from IPAM: {port:#}"))
         .to_string();
     let gw = port["gateway_ip"].as_str().expect("gateway").to_string();
+    // The pod's interface has the network's MTU, as the CNI plugin gives it.
+    let mtu = port["mtu"].as_u64().expect("mtu").to_string();
+    ok(&topo.run(n, &["ip", "link", "set", "eth0", "mtu", &mtu]));
     topo.address_pod(n, &ip, &gw);
     (ip, gw)
 }
