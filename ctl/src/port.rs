@@ -341,7 +341,11 @@ pub fn render_ports(list: &PortsList) -> String {
                 p.name.clone(),
                 dash(&p.pod),
                 network,
-                if p.ips.is_empty() { "-".to_string() } else { p.ips.join(",") },
+                if p.ips.is_empty() {
+                    "-".to_string()
+                } else {
+                    p.ips.join(",")
+                },
                 dash(&p.gateway_ip),
                 dash(&p.gateway_mac),
                 dash(&p.vhost_user),

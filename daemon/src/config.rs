@@ -2064,6 +2064,40 @@ port = "up"
     }
 
     #[test]
+    fn the_networks_section_parses_and_mistakes_are_named() {
+        let c = parse(ROUTED).expect("valid");
+        assert_eq!(c.udn, NetworksSection::default());
+        let c = parse(&format!(
+            "{ROUTED}\n[networks]\nnode_index = 3\ncluster_subnets = [\"10.1.0.0/16\"]\n\
+             default_network_allow = [\"10.96.0.1/32\"]\nmtu = 9000\n"
+        ))
+        .expect("valid");
+        assert_eq!(c.udn.node_index, 3);
+        assert_eq!(c.udn.cluster_subnets[0].to_string(), "10.1.0.0/16");
+        assert_eq!(c.udn.default_network_allow.len(), 1);
+        assert_eq!((c.udn.mtu, c.udn.mac_ageing_s), (9000, 300));
+        for (line, key) in [
+            (
+                "cluster_subnets = [\"10.1.0.1/16\"]",
+                "networks.cluster_subnets[0]",
+            ),
+            (
+                "service_subnets = [\"nope\"]",
+                "networks.service_subnets[0]",
+            ),
+            (
+                "masquerade_subnets = [\"169.254.0.0/24\", \"169.254.1.0/24\"]",
+                "networks.masquerade_subnets",
+            ),
+            ("mtu = 100", "networks.mtu"),
+            ("mac_ageing_s = 1", "networks.mac_ageing_s"),
+        ] {
+            let e = parse(&format!("{ROUTED}\n[networks]\n{line}\n")).expect_err(line);
+            assert!(e.to_string().contains(&format!("`{key}`")), "{line}: {e}");
+        }
+    }
+
+    #[test]
     fn allowed_addresses_parse_and_mistakes_are_named() {
         let with = |list: &str| {
             ROUTED.replacen(

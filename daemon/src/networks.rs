@@ -642,3 +642,152 @@ impl UdnState {
         Ok(NetworkList { networks: out })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Config, EMBEDDED_DEFAULT};
+    use serde_json::json;
+
+    fn fib_and_state() -> (Fib, UdnState) {
+        let text = format!("{EMBEDDED_DEFAULT}\n[networks]\ncluster_subnets = [\"10.1.0.0/16\"]\n");
+        let cfg = Config::parse(&text, "test").expect("config");
+        let n = cfg.ports.len();
+        let ids: Vec<u16> = (0..n as u16).collect();
+        let fib = Fib::from_config(&cfg, &vec![[0u8; 6]; n], &ids).expect("fib");
+        (fib, UdnState::new(&cfg.udn))
+    }
+
+    fn objects(udn_subnet: &str) -> Vec<Value> {
+        vec![
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "blue",
+                "labels": {"k8s.ovn.org/primary-user-defined-network": ""}}}),
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "red",
+                "labels": {"k8s.ovn.org/primary-user-defined-network": ""}}}),
+            json!({"apiVersion": "k8s.ovn.org/v1", "kind": "UserDefinedNetwork",
+                "metadata": {"name": "t", "namespace": "blue"},
+                "spec": {"topology": "Layer3", "role": "Primary", "subnets": [udn_subnet]}}),
+            json!({"apiVersion": "k8s.ovn.org/v1", "kind": "UserDefinedNetwork",
+                "metadata": {"name": "t", "namespace": "red"},
+                "spec": {"topology": "Layer3", "role": "Primary", "subnets": ["10.200.0.0/16/24"]}}),
+        ]
+    }
+
+    #[test]
+    fn a_ready_network_gets_a_vrf_with_isolation_blackhole_and_egress_routes() {
+        let (mut fib, mut udn) = fib_and_state();
+        let applied = udn
+            .apply(&mut fib, &objects("10.128.0.0/16/24"), false)
+            .expect("apply");
+        assert_eq!(applied.created, ["blue.t", "red.t"]);
+        let blue = udn.vrf("blue.t").expect("ready").index;
+        let routes: Vec<(String, String)> = fib
+            .routes(blue)
+            .map(|(p, r)| (p.to_string(), format!("{:?}", r.entry)))
+            .collect();
+        let entry = |p: &str| routes.iter().find(|(q, _)| q == p).map(|(_, e)| e.as_str());
+        assert_eq!(entry("10.1.0.0/16"), Some("Isolated"), "{routes:?}");
+        assert_eq!(entry("10.96.0.0/16"), Some("Isolated"), "{routes:?}");
+        assert_eq!(entry("100.64.0.0/16"), Some("Isolated"), "{routes:?}");
+        assert_eq!(
+            entry("10.200.0.0/16"),
+            Some("Isolated"),
+            "red's subnet: {routes:?}"
+        );
+        assert_eq!(
+            entry("10.128.0.0/16"),
+            Some("Blackhole"),
+            "own, off the node: {routes:?}"
+        );
+        // The demo configuration's default route leaves through the uplink: the
+        // network's default route follows it.
+        let default = fib
+            .routes(0)
+            .find(|(p, _)| p.prefix_len() == 0 && p.address().is_ipv4());
+        let own = entry("0.0.0.0/0");
+        assert_eq!(own.is_some(), default.is_some(), "{routes:?}");
+        assert_eq!(fib.gateways(blue)[0].to_string(), "10.128.0.1");
+    }
+
+    #[test]
+    fn ipam_assigns_restores_and_releases_per_network() {
+        let (mut fib, mut udn) = fib_and_state();
+        udn.apply(&mut fib, &objects("10.128.0.0/16/24"), false)
+            .expect("apply");
+        let (blue, red) = (
+            udn.vrf("blue.t").unwrap().index,
+            udn.vrf("red.t").unwrap().index,
+        );
+        let a = udn.assign(blue, "blue/a", &[]).expect("blue/a");
+        let b = udn.assign(red, "red/b", &[]).expect("red/b");
+        assert_eq!(a[0].to_string(), "10.128.0.2");
+        assert_eq!(b[0].to_string(), "10.200.0.2");
+        // Given addresses are recorded; one another pod has is refused, naming it.
+        let e = udn.assign(blue, "blue/c", &a).expect_err("taken");
+        assert_eq!(e.field, "ips[0]");
+        assert!(e.message.contains("blue/a"), "{e:?}");
+        udn.release(blue, &a);
+        assert_eq!(udn.assign(blue, "blue/c", &a).expect("free again"), a);
+        // The default network's ports keep what they were given.
+        let given: Vec<IpAddr> = vec!["10.1.0.9".parse().unwrap()];
+        assert_eq!(udn.assign(0, "x/y", &given).unwrap(), given);
+        // Primary-network pods' default-network ports are locked; others are not.
+        assert!(udn.locks(0, Some("blue/a")));
+        assert!(!udn.locks(blue, Some("blue/a")));
+        assert!(!udn.locks(0, Some("shop/web")));
+        assert!(!udn.locks(0, None));
+    }
+
+    #[test]
+    fn dry_runs_change_nothing_and_deletion_waits_for_ports() {
+        let (mut fib, mut udn) = fib_and_state();
+        let dry = udn
+            .apply(&mut fib, &objects("10.128.0.0/16/24"), true)
+            .expect("dry run");
+        assert!(dry.dry_run && dry.created.len() == 2);
+        assert!(udn.vrf("blue.t").is_none() && fib.network_index("blue.t").is_none());
+        udn.apply(&mut fib, &objects("10.128.0.0/16/24"), false)
+            .expect("apply");
+        // A changed spec is refused whole, and a dry run says so too.
+        for dry_run in [true, false] {
+            let e = udn
+                .apply(&mut fib, &objects("10.129.0.0/16/24"), dry_run)
+                .expect_err("immutable");
+            assert!(e.message.contains("Spec is immutable"), "{e:?}");
+        }
+        let index = udn.vrf("blue.t").unwrap().index;
+        udn.delete(&mut fib, "blue.t").expect("no ports: deleted");
+        assert!(fib.network_index("blue.t").is_none() && !fib.network_exists(index));
+        assert_eq!(fib.routes(index).count(), 0);
+        // A zone is never given again.
+        udn.apply(&mut fib, &objects("10.128.0.0/16/24"), false)
+            .expect("again");
+        assert!(udn.vrf("blue.t").unwrap().index > index);
+        let e = udn.delete(&mut fib, "nope").expect_err("unknown");
+        assert_eq!(e.field, "name");
+    }
+
+    #[test]
+    fn lookup_says_what_the_cni_plugin_needs() {
+        let (mut fib, mut udn) = fib_and_state();
+        let mut objs = objects("10.128.0.0/16/24");
+        objs.push(
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "lost",
+            "labels": {"k8s.ovn.org/primary-user-defined-network": ""}}}),
+        );
+        udn.apply(&mut fib, &objs, false).expect("apply");
+        let r = udn.lookup("blue").expect("blue");
+        let p = r.primary.expect("a primary network");
+        assert_eq!(p.name, "blue.t");
+        assert_eq!(p.gateways, ["10.128.0.1"]);
+        assert_eq!(p.node_subnets, ["10.128.0.0/24"]);
+        assert!(p.routes.contains(&"10.128.0.0/16".to_string()) && p.ipam);
+        assert_eq!(r.default_network_routes, ["10.96.0.1/32", "10.96.0.10/32"]);
+        assert_eq!(
+            udn.lookup("shop").expect("unlabelled"),
+            NetworkLookupResult::default()
+        );
+        let e = udn.lookup("lost").expect_err("labelled, no network");
+        assert!(e.message.contains("pod creation fails"), "{e:?}");
+    }
+}

@@ -1300,7 +1300,11 @@ fn a_pod_of_a_primary_network_namespace_gets_both_interfaces_in_one_add() {
     d.crash_and_restart(&[]).expect("restart");
     let list = d.ctl_json(&["network", "list", "blue.tenant"]);
     assert_eq!(list["networks"][0]["allocated"], 1, "{list:#}");
-    assert_eq!(list["networks"][0]["ports"].as_array().unwrap().len(), 1, "{list:#}");
+    assert_eq!(
+        list["networks"][0]["ports"].as_array().unwrap().len(),
+        1,
+        "{list:#}"
+    );
     let ports = d.ctl_json(&["ports"]);
     assert!(ports.to_string().contains("10.128.0.2"), "{ports:#}");
     pod.exec(&["ping", "-c", "1", "-W", "2", "198.51.100.1"]);
