@@ -422,3 +422,102 @@ fn overlapping_layer3_networks_egress_masqueraded_isolated_and_deletable_when_un
     let status = d.terminate();
     assert!(status.success(), "{}", d.log_text());
 }
+
+/// Stops a child process when dropped (also when the test fails).
+struct Stopped(Child);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        ferrule_e2e::stop_timeout_child(&mut self.0);
+    }
+}
+
+/// Waits up to 20 s for `cond`.
+fn wait_until(what: &str, log: &Path, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}: {}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn the_agent_creates_and_deletes_networks_from_its_manifest_directory() {
+    let prefix = ferrule_e2e::unique_prefix("udnagent");
+    let d = Ferruled::start(&ferrule_e2e::base_config(&prefix), &prefix).expect("start ferruled");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).expect("mkdir");
+    let (namespaces, udns) = MANIFESTS.split_at(
+        MANIFESTS
+            .find("---\napiVersion: k8s.ovn.org")
+            .expect("split"),
+    );
+    std::fs::write(state.join("namespaces.yaml"), namespaces).expect("write");
+    std::fs::write(
+        state.join("networks.yaml"),
+        udns.trim_start_matches("---\n"),
+    )
+    .expect("write");
+    let log = dir.path().join("agent.log");
+    let _agent = Stopped(
+        Command::new(ferrule_e2e::agent_bin())
+            .args([
+                "--state",
+                state.to_str().expect("path"),
+                "--node",
+                "n1",
+                "--interval-ms",
+                "100",
+            ])
+            .arg("--socket")
+            .arg(&d.socket)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log"))
+            .spawn()
+            .expect("ferrule-agent"),
+    );
+    let names = || -> Vec<String> {
+        d.ctl_json(&["network", "list"])["networks"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|n| n["name"].as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    wait_until("both networks", &log, || {
+        let n = names();
+        n.contains(&"blue.tenant".to_string()) && n.contains(&"red.tenant".to_string())
+    });
+    // An invalid manifest changes nothing and is logged with its field.
+    std::fs::write(state.join("bad.yaml"), "apiVersion: k8s.ovn.org/v1\nkind: UserDefinedNetwork\nmetadata: {name: bad, namespace: blue}\nspec: {topology: Layer3, role: Secondary}\n").expect("write");
+    wait_until("the invalid manifest logged", &log, || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("Subnets is required for Layer3 topology")
+    });
+    assert_eq!(names().len(), 3, "default, blue, red");
+    std::fs::remove_file(state.join("bad.yaml")).expect("rm");
+    // The red network's manifest goes: the agent deletes it (it has no pods).
+    let only_blue = udns
+        .split("---")
+        .filter(|d| !d.contains("namespace: red"))
+        .collect::<Vec<_>>()
+        .join("---");
+    std::fs::write(
+        state.join("networks.yaml"),
+        only_blue.trim_start_matches("---\n"),
+    )
+    .expect("write");
+    wait_until("red deleted", &log, || {
+        !names().contains(&"red.tenant".to_string())
+    });
+    assert!(names().contains(&"blue.tenant".to_string()));
+}
