@@ -34,6 +34,8 @@ pub struct NodeMetrics {
     pub ct: Option<api::CtStatsResult>,
     pub acl_generation: u64,
     pub acl: Vec<AclTableCounts>,
+    /// `network.list`: every network with its counters.
+    pub networks: Vec<api::network::NetworkInfo>,
 }
 
 type Labels = Vec<(&'static str, String)>;
@@ -190,6 +192,54 @@ impl NodeMetrics {
                     .collect(),
             );
         }
+        let per_net = |f: fn(&api::network::NetworkInfo) -> f64| -> Vec<(Labels, f64)> {
+            self.networks
+                .iter()
+                .map(|n| (vec![("network", n.name.clone())], f(n)))
+                .collect()
+        };
+        fam(
+            "ferrule_network_rx_packets",
+            "Packets received on a network's ports.",
+            c,
+            per_net(|n| n.counters.rx_packets as f64),
+        );
+        fam(
+            "ferrule_network_tx_packets",
+            "Packets sent out of a network's ports.",
+            c,
+            per_net(|n| n.counters.tx_packets as f64),
+        );
+        fam(
+            "ferrule_network_drops",
+            "Packets received on a network's ports and dropped.",
+            c,
+            per_net(|n| n.counters.drops as f64),
+        );
+        fam(
+            "ferrule_network_ports",
+            "Ports attached to a network.",
+            g,
+            per_net(|n| n.ports.len() as f64),
+        );
+        fam(
+            "ferrule_network_allocated_ips",
+            "Addresses a user-defined network's IPAM has handed out on this node.",
+            g,
+            per_net(|n| f64::from(n.allocated)),
+        );
+        fam(
+            "ferrule_network_ready",
+            "Whether a network is ready on this node (1: every status condition true).",
+            g,
+            per_net(|n| {
+                if n.zone.is_some() && n.conditions.iter().all(|c| c.status == "True") {
+                    1.0
+                } else {
+                    0.0
+                }
+            }),
+        );
         fam(
             "ferrule_port_up",
             "Whether a port's link is up (1) or down (0).",

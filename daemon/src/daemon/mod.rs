@@ -735,6 +735,13 @@ impl Daemon {
             ct,
             acl_generation: self.state.acl.current().generation,
             acl: self.state.acl.table_counts(&counters),
+            networks: self
+                .state
+                .call(api::network_method::LIST, &Value::Null)
+                .and_then(Result::ok)
+                .and_then(|v| serde_json::from_value::<api::network::NetworkList>(v).ok())
+                .map(|l| l.networks)
+                .unwrap_or_default(),
         }
     }
 
