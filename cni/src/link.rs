@@ -154,6 +154,9 @@ pub struct PodRouting {
     pub default_route: bool,
     /// Further prefixes routed through the gateway of their family.
     pub routes: Vec<IpCidr>,
+    /// Prefixes on the link (a Layer2 network's subnet: its pods reach each other
+    /// directly, switched by Ferrule).
+    pub on_link: Vec<IpCidr>,
 }
 
 impl Default for PodRouting {
@@ -164,6 +167,7 @@ impl Default for PodRouting {
             gateway_v6: GATEWAY_V6,
             default_route: true,
             routes: Vec::new(),
+            on_link: Vec::new(),
         }
     }
 }
@@ -349,6 +353,28 @@ async fn address_and_route(h: &Handle, index: u32, pod: &PodSide) -> Result<(), 
                 e,
             )
         })?;
+    }
+    for prefix in &r.on_link {
+        let result = match prefix.network() {
+            IpAddr::V4(a) if v4 => {
+                let m = RouteMessageBuilder::<Ipv4Addr>::new()
+                    .destination_prefix(a, prefix.prefix_len())
+                    .output_interface(index)
+                    .scope(RouteScope::Link)
+                    .build();
+                h.route().add(m).execute().await
+            }
+            IpAddr::V6(a) if v6 => {
+                let m = RouteMessageBuilder::<Ipv6Addr>::new()
+                    .destination_prefix(a, prefix.prefix_len())
+                    .output_interface(index)
+                    .build();
+                h.route().add(m).execute().await
+            }
+            _ => continue,
+        };
+        tolerate_exists(result)
+            .map_err(|e| nl_err(format!("cannot add the link route to {prefix}"), e))?;
     }
     for prefix in &r.routes {
         let result = match prefix.network() {

@@ -213,6 +213,16 @@ fn attach_primary(
             gateway_v6,
             default_route: true,
             routes,
+            // A Layer2 network's pods share its subnet on the link.
+            on_link: if primary.topology == "Layer2" {
+                primary
+                    .node_subnets
+                    .iter()
+                    .filter_map(|r| parse_cidr(r))
+                    .collect()
+            } else {
+                Vec::new()
+            },
         },
     };
     let veth = link::add_veth(&host, &side)?;
