@@ -680,6 +680,8 @@ impl Fib {
             neighbors: Arc::new(neighbors),
             acl: Arc::clone(&self.acl),
             snat: Arc::clone(&self.snat),
+            // Layer-2 segments: none until the daemon builds them (see `fdb`).
+            switching: Arc::default(),
         };
         snap.resolve_gateways();
         snap

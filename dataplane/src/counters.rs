@@ -96,6 +96,9 @@ drop_reasons! {
     /// A neighbour solicitation or advertisement from a pod whose link-layer address
     /// option or advertised target is not the pod's.
     SpoofedNd => "spoofed-nd", "ND for an address or MAC not the pod's";
+    /// A switched frame with nowhere to go: its destination MAC is behind the port it
+    /// came from, or its segment has no other member to flood it to.
+    SwitchNoOutput => "switch-no-output", "switched frame has no other port";
 }
 
 impl DropReason {
@@ -192,6 +195,13 @@ pub struct WorkerCounters {
     pub punts: Counter,
     /// Packets handed to the worker that owns their connection.
     pub handoffs: Counter,
+    /// Frames switched on a layer-2 segment to one port (known destination MAC).
+    pub switched: Counter,
+    /// Frames flooded on a layer-2 segment (broadcast, multicast, unknown unicast).
+    pub flooded: Counter,
+    /// The frames staged for them: one per other member of the segment (the original
+    /// for the last, copies for the others).
+    pub flood_copies: Counter,
     /// Drops by reason, indexed by `DropReason as usize`.
     pub drops: [Counter; DropReason::COUNT],
     /// Per-port counters, indexed by the port's index in the configuration.
@@ -211,6 +221,9 @@ impl Default for WorkerCounters {
             icmp_errors: Counter::default(),
             punts: Counter::default(),
             handoffs: Counter::default(),
+            switched: Counter::default(),
+            flooded: Counter::default(),
+            flood_copies: Counter::default(),
             drops: Default::default(),
             ports: std::array::from_fn(|_| PortCounters::default()),
             acl: RuleCounters::default(),

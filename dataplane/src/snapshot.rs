@@ -6,6 +6,7 @@
 use crate::acl::table::AclTables;
 use crate::lpm::{Lpm4, Lpm6, NextHop};
 use crate::nat::SnatPolicy;
+use crate::switching::Switching;
 use crate::wire::{EthernetAddress, IpCidr};
 use rustc_hash::FxHashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -261,6 +262,9 @@ pub struct Snapshot {
     pub acl: Arc<AclTables>,
     /// When and to what pod traffic is masqueraded.
     pub snat: Arc<SnatPolicy>,
+    /// Layer-2 segments (switched networks) and their MAC tables; empty when every
+    /// network is routed only.
+    pub switching: Arc<Switching>,
 }
 
 impl Snapshot {
@@ -281,6 +285,7 @@ impl Snapshot {
             nh_mac: Arc::new(Vec::new()),
             acl: Arc::new(AclTables::default()),
             snat: Arc::new(SnatPolicy::default()),
+            switching: Arc::default(),
         }
     }
 

@@ -267,6 +267,7 @@ fn snapshot(ct_on: bool) -> Snapshot {
         nh_mac: Default::default(),
         acl: Default::default(),
         snat: Default::default(),
+        switching: Default::default(),
     };
     // The pod port stands for the 250 pods (10.0.0.1-250): they send from 10.0.0.0/24
     // (`allowed_addresses`), through port security like any pod.

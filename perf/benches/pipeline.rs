@@ -122,6 +122,7 @@ fn snapshot(routes: &[(u32, u8, u32)]) -> Snapshot {
         nh_mac: Default::default(),
         acl: Default::default(),
         snat: Default::default(),
+        switching: Default::default(),
     };
     snap.resolve_gateways();
     snap

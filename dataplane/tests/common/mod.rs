@@ -131,6 +131,7 @@ pub fn snapshot() -> Snapshot {
         nh_mac: Default::default(),
         acl: Default::default(),
         snat: Default::default(),
+        switching: Default::default(),
     };
     // The gateways of resolved routes, as the control thread precomputes them.
     snap.resolve_gateways();
