@@ -933,6 +933,8 @@ impl Fib {
             acl: Arc::clone(&self.acl),
             snat: Arc::clone(&self.snat),
             any_locked: self.locked.iter().any(|&l| l),
+            // Layer-2 segments: none until the daemon builds them (see `fdb`).
+            switching: Arc::default(),
         };
         snap.resolve_gateways();
         snap.update_locked();

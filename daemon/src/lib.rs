@@ -5,6 +5,7 @@
 pub mod acl;
 pub mod config;
 pub mod daemon;
+pub mod fdb;
 pub mod fib;
 pub mod metrics;
 pub mod networks;

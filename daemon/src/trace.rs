@@ -139,6 +139,26 @@ pub fn render(
         Action::Drop(reason) => TraceVerdict::Drop {
             reason: reason.name().to_string(),
         },
+        // Layer-2 switching (the switch stage's lines say which segment and VLAN).
+        Action::Switch { port, .. } => TraceVerdict::Forward {
+            port: port_name(port),
+        },
+        Action::Flood {
+            segment, in_vlan, ..
+        } => {
+            let from = ferrule_dataplane::switching::Member {
+                port: in_port,
+                vlan: in_vlan,
+            };
+            let ports: Vec<String> = snap
+                .switching
+                .flood_targets(segment, from)
+                .map(|m| port_name(m.port))
+                .collect();
+            TraceVerdict::Forward {
+                port: ports.join(","),
+            }
+        }
     };
     (stages, verdict)
 }

@@ -107,6 +107,9 @@ drop_reasons! {
     /// network is user-defined) and neither a probe from a host port nor to or from
     /// the `locked_allow` addresses (the Kubernetes API and DNS).
     DefaultNetworkLocked => "default-network-locked", "a primary-UDN pod's default-network interface: only probes and KAPI/DNS";
+    /// A switched frame with nowhere to go: its destination MAC is behind the port it
+    /// came from, or its segment has no other member to flood it to.
+    SwitchNoOutput => "switch-no-output", "switched frame has no other port";
 }
 
 impl DropReason {
@@ -203,6 +206,13 @@ pub struct WorkerCounters {
     pub punts: Counter,
     /// Packets handed to the worker that owns their connection.
     pub handoffs: Counter,
+    /// Frames switched on a layer-2 segment to one port (known destination MAC).
+    pub switched: Counter,
+    /// Frames flooded on a layer-2 segment (broadcast, multicast, unknown unicast).
+    pub flooded: Counter,
+    /// The frames staged for them: one per other member of the segment (the original
+    /// for the last, copies for the others).
+    pub flood_copies: Counter,
     /// Drops by reason, indexed by `DropReason as usize`.
     pub drops: [Counter; DropReason::COUNT],
     /// Per-port counters, indexed by the port's index in the configuration.
@@ -222,6 +232,9 @@ impl Default for WorkerCounters {
             icmp_errors: Counter::default(),
             punts: Counter::default(),
             handoffs: Counter::default(),
+            switched: Counter::default(),
+            flooded: Counter::default(),
+            flood_copies: Counter::default(),
             drops: Default::default(),
             ports: std::array::from_fn(|_| PortCounters::default()),
             acl: RuleCounters::default(),

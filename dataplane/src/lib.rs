@@ -10,6 +10,7 @@ pub mod lpm;
 pub mod nat;
 pub mod pipeline;
 pub mod snapshot;
+pub mod switching;
 pub mod wire;
 
 #[cfg(feature = "dpdk")]

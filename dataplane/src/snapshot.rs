@@ -6,6 +6,7 @@
 use crate::acl::table::AclTables;
 use crate::lpm::{Lpm4, Lpm6, NextHop};
 use crate::nat::SnatPolicy;
+use crate::switching::Switching;
 use crate::wire::{EthernetAddress, IpCidr};
 use rustc_hash::FxHashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -302,6 +303,9 @@ pub struct Snapshot {
     /// Whether any port is [`locked`](PortState::locked): the route stage checks
     /// locked ports only then (see [`Snapshot::update_locked`]).
     pub any_locked: bool,
+    /// Layer-2 segments (switched networks) and their MAC tables; empty when every
+    /// network is routed only.
+    pub switching: Arc<Switching>,
 }
 
 impl Snapshot {
@@ -322,6 +326,7 @@ impl Snapshot {
             snat: Arc::new(SnatPolicy::default()),
             locked_allow: Arc::new(Vec::new()),
             any_locked: false,
+            switching: Arc::default(),
         }
     }
 

@@ -22,7 +22,10 @@ const HANDOFF_QUEUE: usize = 4096;
 const MAX_SHARED_TXQ: usize = 16;
 /// Connection-table expirations per poll round at most.
 const EXPIRE_BUDGET: usize = 64;
+/// Learn events (layer-2 switching) waiting for the control thread.
+const FDB_LEARN_QUEUE: usize = 1024;
 use crate::snapshot::Snapshot;
+use crate::switching::{self, LearnEvent, Member, NO_VLAN, TAG_LEN};
 use arc_swap::ArcSwap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -112,6 +115,11 @@ pub struct Shared {
     started_ns: AtomicU64,
     /// The node-wide connection limits every worker's table counts against.
     ct_budget: Option<Arc<CtBudget>>,
+    /// Source MACs the workers saw on layer-2 segment members and the FDB does not
+    /// have there, for the control thread to learn (at most
+    /// [`MAX_LEARN_PER_BURST`](crate::switching::MAX_LEARN_PER_BURST) per burst; a full
+    /// queue loses the event, a later frame reports it again).
+    fdb_learn: ArrayQueue<LearnEvent>,
 }
 
 /// A packet handed to the worker that owns its connection.
@@ -146,6 +154,7 @@ impl Shared {
             tx_locks: std::array::from_fn(|_| std::array::from_fn(|_| AtomicBool::new(false))),
             started_ns: AtomicU64::new(0),
             ct_budget: None,
+            fdb_learn: ArrayQueue::new(FDB_LEARN_QUEUE),
         }
     }
 
@@ -322,6 +331,17 @@ impl Shared {
             }
         }
         Some(replies)
+    }
+
+    /// The next learn event the workers reported (control thread, at every tick, until
+    /// `None`; see the daemon's `fdb`).
+    pub fn pop_fdb_learn(&self) -> Option<LearnEvent> {
+        self.fdb_learn.pop()
+    }
+
+    /// Reports a learn event as a worker does (tests).
+    pub fn push_fdb_learn(&self, event: LearnEvent) -> bool {
+        self.fdb_learn.push(event).is_ok()
     }
 
     pub fn set_started_ns(&self, ns: u64) {
@@ -578,6 +598,10 @@ impl Ctx<'_> {
         for hit in self.scratch.acl_hits() {
             self.counters.acl.hit(hit.slot, u64::from(hit.bytes));
         }
+        for &event in self.scratch.learned() {
+            // A full queue loses the event; the source's next frames report it again.
+            let _ = self.shared.fdb_learn.push(event);
+        }
         for (i, mut cap) in self.captures.drain(..) {
             cap.action = self.actions[i];
             // A full trace queue loses the capture, never the packet.
@@ -624,6 +648,23 @@ impl Ctx<'_> {
                     }
                 }
                 Action::Drop(reason) => self.drop(m, reason, in_index),
+                Action::Switch { port, vlan, untag } => {
+                    let mut m = m;
+                    if untag && !untag_mbuf(&mut m) {
+                        self.drop(m, DropReason::Malformed, in_index);
+                    } else if vlan != NO_VLAN && !tag_mbuf(&mut m, vlan) {
+                        // No headroom for the tag.
+                        self.drop(m, DropReason::TxFull, in_index);
+                    } else {
+                        self.counters.switched.add(1);
+                        self.stage(port, m);
+                    }
+                }
+                Action::Flood {
+                    segment,
+                    in_vlan,
+                    untag,
+                } => self.flood(snap, m, in_index, segment, in_vlan, untag),
             }
         }
         burst.clear_taken();
@@ -631,6 +672,54 @@ impl Ctx<'_> {
             self.drops.free_all();
         }
         self.flush(Some(in_index))
+    }
+
+    /// Floods frame `m` of `segment`, received on port `in_index` with VLAN `in_vlan`
+    /// (its tag removed first when `untag`), to every other member of the segment: a
+    /// copy for each but the last, which gets the original; each tagged as its member
+    /// wants. A copy the pool has no mbuf for is dropped as `tx-full`.
+    fn flood(
+        &mut self,
+        snap: &Snapshot,
+        mut m: Mbuf,
+        in_index: usize,
+        segment: u16,
+        in_vlan: u16,
+        untag: bool,
+    ) {
+        if untag && !untag_mbuf(&mut m) {
+            self.drop(m, DropReason::Malformed, in_index);
+            return;
+        }
+        let from = Member {
+            port: in_index as u16,
+            vlan: in_vlan,
+        };
+        let sw = &*snap.switching;
+        let n = sw.flood_targets(segment, from).count();
+        if n == 0 {
+            self.drop(m, DropReason::SwitchNoOutput, in_index);
+            return;
+        }
+        self.counters.flooded.add(1);
+        let mut original = Some(m);
+        for (k, target) in sw.flood_targets(segment, from).enumerate() {
+            let copy = if k + 1 == n {
+                original.take()
+            } else {
+                original.as_ref().and_then(|o| o.copy(self.pool))
+            };
+            let Some(mut c) = copy else {
+                self.counters.drop_packets(DropReason::TxFull, in_index, 1);
+                continue;
+            };
+            if target.vlan != NO_VLAN && !tag_mbuf(&mut c, target.vlan) {
+                self.drop(c, DropReason::TxFull, in_index);
+                continue;
+            }
+            self.counters.flood_copies.add(1);
+            self.stage(target.port, c);
+        }
     }
 
     /// Sends what the control thread queued (at most a burst's worth per round).
@@ -729,6 +818,28 @@ impl Ctx<'_> {
         self.n_touched = 0;
         sent_total
     }
+}
+
+/// Removes a frame's 802.1Q tag (the switch stage checked it has one). False when the
+/// first segment is too short.
+#[inline]
+fn untag_mbuf(m: &mut Mbuf) -> bool {
+    if m.as_ref().len() < 14 + TAG_LEN {
+        return false;
+    }
+    switching::untag_in_place(m.as_mut());
+    m.adj(TAG_LEN)
+}
+
+/// Adds an 802.1Q tag with VLAN `vid` to an untagged frame. False when the mbuf has too
+/// little headroom.
+#[inline]
+fn tag_mbuf(m: &mut Mbuf, vid: u16) -> bool {
+    if m.as_ref().len() < 12 || m.prepend(TAG_LEN).is_none() {
+        return false;
+    }
+    switching::tag_in_place(m.as_mut(), vid);
+    true
 }
 
 /// Copies packet `i` as received, before the pipeline rewrites it.

@@ -665,6 +665,8 @@ fn count(actions: &[Action]) -> WorkerCounters {
             Action::Forward { .. } | Action::Reply => c.tx_packets.add(1),
             Action::Punt(_) => c.punts.add(1),
             Action::Handoff { .. } => c.handoffs.add(1),
+            Action::Switch { .. } => c.switched.add(1),
+            Action::Flood { .. } => c.flooded.add(1),
         }
     }
     c

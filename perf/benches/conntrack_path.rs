@@ -271,6 +271,7 @@ fn snapshot(ct_on: bool) -> Snapshot {
         snat: Default::default(),
         locked_allow: Default::default(),
         any_locked: false,
+        switching: Default::default(),
     };
     // The pod port stands for the 250 pods (10.0.0.1-250): they send from 10.0.0.0/24
     // (`allowed_addresses`), through port security like any pod.

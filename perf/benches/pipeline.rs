@@ -126,6 +126,7 @@ fn snapshot(routes: &[(u32, u8, u32)]) -> Snapshot {
         snat: Default::default(),
         locked_allow: Default::default(),
         any_locked: false,
+        switching: Default::default(),
     };
     snap.resolve_gateways();
     snap

@@ -31,6 +31,16 @@ impl Mbuf {
         Some(m)
     }
 
+    /// A copy of the whole packet (all its segments) in fresh mbufs from `pool`, with
+    /// the pool's usual headroom; `None` when the pool is empty.
+    pub fn copy(&self, pool: &Mempool) -> Option<Mbuf> {
+        // SAFETY: self owns a valid mbuf, only read here; the pool is valid while
+        // borrowed; rte_pktmbuf_copy returns NULL or a new mbuf chain nobody else owns.
+        let ptr =
+            unsafe { ferrule_ffi::rte_pktmbuf_copy(self.ptr.as_ptr(), pool.as_ptr(), 0, u32::MAX) };
+        NonNull::new(ptr).map(|ptr| Mbuf { ptr })
+    }
+
     /// Takes ownership of a raw mbuf.
     ///
     /// # Safety

@@ -14,6 +14,7 @@ use super::{Action, Frames, Parsed, Tracer, MAX_BURST};
 use crate::conntrack::{Conntrack, KeyHash};
 use crate::counters::DropReason;
 use crate::snapshot::{PortState, Snapshot};
+use crate::switching::{LearnEvent, MAX_LEARN_PER_BURST};
 use std::net::IpAddr;
 
 /// Per-burst working arrays, allocated once per worker and reused. Per-packet arrays
@@ -46,6 +47,10 @@ pub struct Scratch {
     /// tracks its connection).
     pub reflect: [bool; MAX_BURST],
     pub(super) acl: AclScratch,
+    /// Source MACs of switched frames the FDB does not have where they came from
+    /// ([`switch::learn`](super::switch::learn)): for the worker to report.
+    pub learned: [LearnEvent; MAX_LEARN_PER_BURST],
+    pub n_learned: usize,
 }
 
 impl Default for Scratch {
@@ -66,6 +71,8 @@ impl Default for Scratch {
             snat: [SnatHint::None; MAX_BURST],
             reflect: [false; MAX_BURST],
             acl: AclScratch::default(),
+            learned: [LearnEvent::EMPTY; MAX_LEARN_PER_BURST],
+            n_learned: 0,
         }
     }
 }
@@ -74,6 +81,11 @@ impl Scratch {
     /// The ACL rule hits of the last burst.
     pub fn acl_hits(&self) -> &[super::AclHit] {
         self.acl.hits()
+    }
+
+    /// The learn events of the last burst.
+    pub fn learned(&self) -> &[LearnEvent] {
+        &self.learned[..self.n_learned]
     }
 }
 
@@ -119,6 +131,7 @@ impl<'a, F: Frames + ?Sized, T: Tracer> Burst<'a, F, T> {
     ) -> Option<Self> {
         let n = frames.count().min(MAX_BURST).min(actions.len());
         s.acl.n_hits = 0;
+        s.n_learned = 0;
         let Some(port) = snap.ports.get(usize::from(in_port)) else {
             actions[..n].fill(Action::Drop(DropReason::Malformed));
             return None;

@@ -6,10 +6,13 @@
 
 use super::burst::Burst;
 use super::ct::{CtMark, SnatHint};
-use super::{local, net_name, parse, port_security, trace, Action, Frames, Parsed, Stage, Tracer};
+use super::{
+    local, net_name, parse, port_security, switch, trace, Action, Frames, Parsed, Stage, Tracer,
+};
 use crate::counters::DropReason;
 use crate::snapshot::{PortRole, PortState, Snapshot};
-use crate::wire::EthernetFrame;
+use crate::switching::PortSegments;
+use crate::wire::{EthernetAddress, EthernetFrame};
 use std::net::IpAddr;
 
 /// How many packets ahead the stage prefetches.
@@ -17,10 +20,36 @@ const PREFETCH_AHEAD: usize = 4;
 
 /// The stage: parse, l2 and (pod ports) port security for every frame of the burst,
 /// which also clears each packet's per-burst marks (conntrack, SNAT hint, `reflect`).
+///
+/// On a port that is a member of a layer-2 segment, frames not for the port's MAC (or
+/// tagged with a VLAN it switches) are switched ([`switch`]) and their sources learned;
+/// that variant of the loop is a function of its own, so a routed port's burst runs the
+/// same code as without switching.
 #[inline(always)]
 pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
+    match b.snap.switching.port(b.in_port) {
+        None => frames::<F, T, false>(b, None),
+        Some(sw) => switched(b, sw),
+    }
+}
+
+/// [`stage`] on a segment member: the loop, then the learning pass.
+#[inline(never)]
+fn switched<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>, sw: &PortSegments) {
+    frames::<F, T, true>(b, Some(sw));
+    switch::learn(b, sw);
+}
+
+/// The stage's loop over the frames; `SWITCHED`: on a segment member (`sw`).
+#[inline(always)]
+fn frames<F: Frames + ?Sized, T: Tracer, const SWITCHED: bool>(
+    b: &mut Burst<'_, F, T>,
+    sw: Option<&PortSegments>,
+) {
     let (snap, port, s) = (b.snap, b.port, &mut *b.s);
     let pod = port.role == PortRole::Pod;
+    let sw = sw.filter(|_| SWITCHED);
+    let in_port = b.in_port;
     for i in 0..PREFETCH_AHEAD.min(b.n) {
         b.frames.prefetch(i);
     }
@@ -30,9 +59,23 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
         s.ct[i] = CtMark::None;
         s.snat[i] = SnatHint::None;
         s.reflect[i] = false;
-        match front(snap, port, pod, b.frames.frame_mut(i), b.t) {
+        match front(snap, in_port, port, sw, pod, b.frames.frame_mut(i), b.t) {
             Ok(parsed) => {
                 s.parsed[i] = parsed;
+                // On an untagged segment member, what is not for the port's MAC is
+                // switched (decided on the stored headers, as port security is).
+                if let Some(sw) = sw.filter(|p| SWITCHED && p.untagged.is_some()) {
+                    let frame = b.frames.frame(i);
+                    if frame[..6] != port.mac.0 {
+                        let parsed = &s.parsed[i];
+                        if let Some(a) =
+                            switch::untagged(snap, sw, in_port, port, pod, parsed, frame, b.t)
+                        {
+                            *action = a;
+                            continue;
+                        }
+                    }
+                }
                 // Port security: from a pod port, only what the pod sends as itself
                 // goes on (checked on the stored headers, which keeps `front` as lean
                 // as without it).
@@ -58,7 +101,9 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
 #[inline(always)]
 fn front<T: Tracer>(
     snap: &Snapshot,
+    in_port: u16,
     port: &PortState,
+    sw: Option<&PortSegments>,
     pod: bool,
     frame: &mut [u8],
     t: &mut T,
@@ -66,6 +111,10 @@ fn front<T: Tracer>(
     let parsed = match parse::parse(frame, port.network) {
         Ok(p) => p,
         Err(reason) => {
+            if let (DropReason::VlanTagged, Some(sw)) = (reason, sw) {
+                trace!(t, Stage::Parse, "{} byte frame: 802.1Q tagged", frame.len());
+                return Err(switch::tagged(snap, sw, in_port, port, frame, t));
+            }
             trace!(
                 t,
                 Stage::Parse,
@@ -80,23 +129,32 @@ fn front<T: Tracer>(
 
     // l2: frames must be for us: our MAC, broadcast (ARP), or IPv6 multicast (ND).
     let dst_mac = EthernetFrame::new_unchecked(&*frame).dst_addr();
-    // A multicast frame is taken only for an IPv6 multicast destination (ND): a
-    // unicast packet in a multicast frame was not sent to us to route.
-    let l2_ok = dst_mac == port.mac
-        || (dst_mac.is_broadcast() && parsed.is_arp())
-        || (dst_mac.is_multicast()
-            && parsed.is_ipv6()
-            && matches!(parsed.key.dst_ip(), IpAddr::V6(a) if a.is_multicast()));
-    if !l2_ok {
-        trace!(
-            t,
-            Stage::L2,
-            "destination {} is not {} of port {}",
-            dst_mac,
-            port.mac,
-            port.name
-        );
-        return Err(Action::Drop(DropReason::DstMacMismatch));
+    if dst_mac != port.mac {
+        match sw.and_then(|p| p.untagged) {
+            // An untagged segment member switches what is not for Ferrule (the stage's
+            // loop, once the headers are stored), but for a broadcast ARP request for
+            // one of the port's addresses, answered below.
+            Some(_) => {
+                if !(parsed.is_arp()
+                    && dst_mac.is_broadcast()
+                    && switch::arp_request_for(port, frame))
+                {
+                    return Ok(parsed);
+                }
+            }
+            None if routed_accepts(dst_mac, &parsed) => {}
+            None => {
+                trace!(
+                    t,
+                    Stage::L2,
+                    "destination {} is not {} of port {}",
+                    dst_mac,
+                    port.mac,
+                    port.name
+                );
+                return Err(Action::Drop(DropReason::DstMacMismatch));
+            }
+        }
     }
     trace!(
         t,
@@ -115,6 +173,18 @@ fn front<T: Tracer>(
         return Err(local::arp(port, frame, t));
     }
     Ok(parsed)
+}
+
+/// Whether a routed port takes a frame that is not for its MAC: broadcast ARP, or an
+/// IPv6 multicast destination (ND). A multicast frame is taken only for an IPv6
+/// multicast destination: a unicast packet in a multicast frame was not sent to us to
+/// route.
+#[inline(always)]
+pub(super) fn routed_accepts(dst_mac: EthernetAddress, parsed: &Parsed) -> bool {
+    (dst_mac.is_broadcast() && parsed.is_arp())
+        || (dst_mac.is_multicast()
+            && parsed.is_ipv6()
+            && matches!(parsed.key.dst_ip(), IpAddr::V6(a) if a.is_multicast()))
 }
 
 #[cfg(test)]

@@ -26,6 +26,7 @@ pub mod neighbor;
 pub mod parse;
 pub mod port_security;
 pub mod route;
+pub mod switch;
 pub mod synth;
 pub mod ttl;
 
@@ -81,6 +82,18 @@ pub enum Action {
     Handoff { worker: u16 },
     /// Drop it.
     Drop(DropReason),
+    /// Switched on a layer-2 segment ([`switch`]): sent unchanged out of `port`, but
+    /// for its 802.1Q tag: removed first when `untag` (it arrived tagged), then one
+    /// with VLAN `vlan` added unless it is [`NO_VLAN`](crate::switching::NO_VLAN).
+    Switch { port: u16, vlan: u16, untag: bool },
+    /// Flooded ([`switch`]): a copy to every member of `segment` but the one it came
+    /// from (the input port with VLAN `in_vlan`), each tagged as its member wants;
+    /// its tag removed first when `untag`.
+    Flood {
+        segment: u16,
+        in_vlan: u16,
+        untag: bool,
+    },
 }
 
 /// A pipeline stage, for traces.
@@ -98,6 +111,7 @@ pub enum Stage {
     Mtu,
     Neighbor,
     Rewrite,
+    Switch,
 }
 
 impl Stage {
@@ -115,6 +129,7 @@ impl Stage {
             Stage::Mtu => "mtu",
             Stage::Neighbor => "neighbor",
             Stage::Rewrite => "rewrite",
+            Stage::Switch => "switch",
         }
     }
 }

@@ -136,6 +136,7 @@ pub fn snapshot() -> Snapshot {
         snat: Default::default(),
         locked_allow: Default::default(),
         any_locked: false,
+        switching: Default::default(),
     };
     // The gateways of resolved routes, as the control thread precomputes them.
     snap.resolve_gateways();
