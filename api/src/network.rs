@@ -199,6 +199,9 @@ pub struct FdbEntry {
     pub network: String,
     pub mac: String,
     pub port: String,
+    /// The VLAN it is on behind that port (a Localnet uplink's); absent: untagged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vlan: Option<u16>,
     /// `static` (a pod port's MAC) or `learned`.
     pub kind: String,
     /// Seconds since the entry was learned or last seen (learned entries).

@@ -317,12 +317,13 @@ pub fn render_detail(n: &NetworkInfo) -> String {
 
 /// Human output of `network fdb`.
 pub fn render_fdb(d: &FdbDump) -> String {
-    let mut t = Table::new(["NETWORK", "MAC", "PORT", "TYPE", "AGE(s)"]);
+    let mut t = Table::new(["NETWORK", "MAC", "PORT", "VLAN", "TYPE", "AGE(s)"]);
     for e in &d.entries {
         t.row([
             e.network.clone(),
             e.mac.clone(),
             e.port.clone(),
+            e.vlan.map_or("-".into(), |v| v.to_string()),
             e.kind.clone(),
             e.age_s.map_or("-".into(), |a| a.to_string()),
         ]);

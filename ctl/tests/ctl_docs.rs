@@ -35,7 +35,7 @@ use serde_json::{json, Value};
 
 const DOC: &str = include_str!("../../docs/control-protocol.md");
 
-const METHODS: [&str; 24] = [
+const METHODS: [&str; 25] = [
     route_method::ADD,
     route_method::DEL,
     route_method::DUMP,
@@ -60,6 +60,7 @@ const METHODS: [&str; 24] = [
     network_method::DEL,
     network_method::LIST,
     network_method::LOOKUP,
+    network_method::FDB,
 ];
 
 /// The text of the doc from `start` up to the next line that starts with `end`.
@@ -182,6 +183,7 @@ fn examples_match_the_api_types() {
                 network_method::LOOKUP => {
                     check_params::<api::network::NetworkLookup>(name, &params)
                 }
+                network_method::FDB => check_params::<api::network::FdbParams>(name, &params),
                 vpc_method::SHOW | ct_method::STATS => assert!(params.is_null(), "{message}"),
                 ct_method::DUMP | ct_method::FLUSH | nat_method::DUMP => {
                     check_params::<api::CtFilterParams>(name, &params)
@@ -259,6 +261,9 @@ fn examples_match_the_api_types() {
                 }
                 network_method::LOOKUP => {
                     check_result::<api::network::NetworkLookupResult>(&method, result);
+                }
+                network_method::FDB => {
+                    check_result::<api::network::FdbDump>(&method, result);
                 }
                 port_method::DEL => {
                     check_result::<api::PortDeleted>(&method, result);

@@ -128,6 +128,9 @@ pub struct NetworksSection {
     pub mtu: u16,
     /// Seconds a learned MAC stays in a switched network's table without being seen.
     pub mac_ageing_s: u32,
+    /// Localnet networks' physical networks (`physicalNetworkName`, else the network's
+    /// name) → the port (an uplink) they are bridged to.
+    pub physical_networks: std::collections::BTreeMap<String, String>,
 }
 
 impl Default for NetworksSection {
@@ -142,6 +145,7 @@ impl Default for NetworksSection {
             default_network_allow: vec![c("10.96.0.1/32"), c("10.96.0.10/32")],
             mtu: 1400,
             mac_ageing_s: 300,
+            physical_networks: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -417,6 +421,7 @@ struct RawNetworks {
     default_network_allow: Option<Spanned<Vec<String>>>,
     mtu: Option<Spanned<u16>>,
     mac_ageing_s: Option<Spanned<u32>>,
+    physical_networks: Option<Spanned<std::collections::BTreeMap<String, String>>>,
 }
 
 impl RawNetworks {
@@ -502,6 +507,23 @@ impl RawNetworks {
                 ));
             }
             out.mac_ageing_s = s;
+        }
+        if let Some(m) = &self.physical_networks {
+            for (name, port) in m.get_ref() {
+                let ok = |t: &str| {
+                    (1..=64).contains(&t.len())
+                        && t.chars()
+                            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+                };
+                if !ok(name) || !ok(port) {
+                    return Err(ctx.err(
+                        m.span(),
+                        &format!("networks.physical_networks.{name}"),
+                        format!("{name:?} = {port:?}: a physical network name and a port name (1-64 letters, digits, '-', '_', '.')"),
+                    ));
+                }
+            }
+            out.physical_networks = m.get_ref().clone();
         }
         Ok(out)
     }

@@ -159,6 +159,8 @@ pub struct Fib {
     locked: Vec<bool>,
     /// What a locked port still reaches (the Kubernetes API and DNS addresses).
     locked_allow: Arc<Vec<IpCidr>>,
+    /// The switched networks' segments and MAC tables (built by `fdb::Fdb`).
+    switching: Arc<ferrule_dataplane::switching::Switching>,
     generation: u64,
 }
 
@@ -210,6 +212,7 @@ impl Fib {
             snat: Arc::new(cfg.snat.clone()),
             locked: vec![false; cfg.ports.len()],
             locked_allow: Arc::new(cfg.udn.default_network_allow.clone()),
+            switching: Arc::default(),
             generation: 0,
         };
         for (i, p) in cfg.ports.iter().enumerate() {
@@ -885,6 +888,11 @@ impl Fib {
             .collect()
     }
 
+    /// Replaces the segments and MAC tables the next generation carries.
+    pub fn set_switching(&mut self, switching: Arc<ferrule_dataplane::switching::Switching>) {
+        self.switching = switching;
+    }
+
     /// Replaces the ACL tables the next generation carries.
     pub fn set_acl(&mut self, acl: Arc<AclTables>) {
         self.acl = acl;
@@ -933,8 +941,7 @@ impl Fib {
             acl: Arc::clone(&self.acl),
             snat: Arc::clone(&self.snat),
             any_locked: self.locked.iter().any(|&l| l),
-            // Layer-2 segments: none until the daemon builds them (see `fdb`).
-            switching: Arc::default(),
+            switching: Arc::clone(&self.switching),
         };
         snap.resolve_gateways();
         snap.update_locked();

@@ -393,6 +393,42 @@ impl UdnState {
         }
     }
 
+    /// The layer-2 segments of the switched networks (Layer2, Localnet) over the ports
+    /// in `fib`: each network's pod ports, and a Localnet network's uplink (the port
+    /// `[networks] physical_networks` names for its physical network) on its VLAN.
+    pub fn segments(&self, fib: &Fib) -> Vec<ferrule_dataplane::switching::Segment> {
+        let mut out = Vec::new();
+        for (name, v) in &self.vrfs {
+            let c = &v.network.config;
+            let uplink = match c.topology {
+                Topology::Layer3 => continue,
+                Topology::Layer2 => None,
+                Topology::Localnet => {
+                    let physnet = c.physical_network.as_deref().unwrap_or(name);
+                    match self
+                        .section
+                        .physical_networks
+                        .get(physnet)
+                        .and_then(|p| fib.port_index(p))
+                    {
+                        Some(port) => Some((port, c.vlan)),
+                        None => {
+                            tracing::warn!(network = %name, physical_network = physnet, "no port for the Localnet network's physical network ([networks] physical_networks): its pods are switched among themselves only");
+                            None
+                        }
+                    }
+                }
+            };
+            out.push(crate::fdb::network_segment(
+                name,
+                v.index,
+                fib.ports(),
+                uplink,
+            ));
+        }
+        out
+    }
+
     /// The MTU of network `index`'s ports when `port.add` gives none.
     pub fn mtu(&self, index: u16) -> Option<u16> {
         self.vrf_at(index)

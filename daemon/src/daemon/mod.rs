@@ -752,6 +752,7 @@ impl Daemon {
         }
         self.state.drain_punts(&self.pool);
         self.state.resolve_due(&self.pool);
+        self.state.learn_and_age_macs();
         let now = Instant::now();
         if now.duration_since(self.last_link_poll) >= self.link_poll {
             self.last_link_poll = now;

@@ -4,7 +4,8 @@
 use super::NodeState;
 use crate::networks::Refusal;
 use ferrule_api::network::{
-    NetworkApply, NetworkCounters, NetworkDel, NetworkListParams, NetworkLookup,
+    FdbDump, FdbEntry, FdbParams, NetworkApply, NetworkCounters, NetworkDel, NetworkListParams,
+    NetworkLookup,
 };
 use ferrule_api::rpc::{parse_params, RpcError};
 use serde_json::Value;
@@ -25,6 +26,7 @@ impl NodeState {
             .apply(&mut self.fib, &p.objects, p.dry_run)
             .map_err(refused)?;
         if !p.dry_run {
+            self.sync_segments();
             self.publish();
             tracing::info!(created = ?applied.created, namespaces = ?applied.namespaces, "networks applied");
         }
@@ -34,6 +36,7 @@ impl NodeState {
     pub(super) fn network_del(&mut self, params: &Value) -> Result<Value, RpcError> {
         let p: NetworkDel = parse_params(params)?;
         self.udn.delete(&mut self.fib, &p.name).map_err(refused)?;
+        self.sync_segments();
         self.publish();
         tracing::info!(network = %p.name, "network deleted");
         Ok(serde_json::json!({}))
@@ -62,6 +65,42 @@ impl NodeState {
             .list(&self.fib, p.name.as_deref(), &counters)
             .map_err(refused)?;
         to_value(list)
+    }
+
+    pub(super) fn network_fdb(&mut self, params: &Value) -> Result<Value, RpcError> {
+        let p: FdbParams = if params.is_null() {
+            FdbParams::default()
+        } else {
+            parse_params(params)?
+        };
+        if let Some(n) = &p.network {
+            if self.fib.network_index(n).is_none() {
+                return Err(RpcError::invalid_params(
+                    "network",
+                    format!("no network named {n:?}"),
+                ));
+            }
+        }
+        let snap = self.snapshot();
+        let entries = self
+            .fdb
+            .dump(&snap, std::time::Instant::now())
+            .into_iter()
+            .filter(|r| p.network.as_ref().is_none_or(|n| *n == r.network))
+            .map(|r| FdbEntry {
+                network: r.network,
+                mac: r.mac,
+                port: r.port,
+                vlan: r.vlan,
+                kind: match r.kind {
+                    crate::fdb::EntryKind::Static => "static",
+                    crate::fdb::EntryKind::Learned => "learned",
+                }
+                .into(),
+                age_s: r.age,
+            })
+            .collect();
+        to_value(FdbDump { entries })
     }
 
     pub(super) fn network_lookup(&mut self, params: &Value) -> Result<Value, RpcError> {

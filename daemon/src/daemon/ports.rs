@@ -350,8 +350,10 @@ impl Daemon {
             self.ports[index] = Some(runtime);
         }
         // The port's ACL tables (attachments waiting for it) are in force before a
-        // worker polls it: its first packet is filtered.
+        // worker polls it: its first packet is filtered; a switched network's segment
+        // has it before its first frame.
         self.sync_acl_ports();
+        self.state.sync_segments();
         self.state.publish();
         self.assign_queues(index, port_id, cfg.rx_queues);
         tracing::info!(port = %cfg.name, index, devargs = %cfg.devargs, pod = ?cfg.pod, "port added");
@@ -388,6 +390,7 @@ impl Daemon {
         self.state.fib.remove_port(index as u16);
         // Its attachments wait for the port (or the pod) to come back.
         self.sync_acl_ports();
+        self.state.sync_segments();
         self.state.publish();
         // 2. Packets the control thread holds for it are dropped.
         let held = self.state.resolver.forget_port(index as u16);

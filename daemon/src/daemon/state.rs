@@ -50,6 +50,8 @@ pub struct NodeState {
     pub(crate) refreshed: HashMap<(u16, IpAddr), Instant>,
     /// The user-defined networks.
     pub(crate) udn: crate::networks::UdnState,
+    /// The switched networks' MAC tables.
+    pub(crate) fdb: crate::fdb::Fdb,
 }
 
 impl NodeState {
@@ -83,6 +85,36 @@ impl NodeState {
             last_aging: Instant::now(),
             refreshed: HashMap::new(),
             udn: crate::networks::UdnState::new(networks),
+            fdb: crate::fdb::Fdb::new(
+                Duration::from_secs(u64::from(networks.mac_ageing_s)),
+                crate::fdb::DEFAULT_CAPACITY,
+                Instant::now(),
+            ),
+        }
+    }
+
+    /// Rebuilds the switched networks' segments after networks or ports changed (the
+    /// next publication carries them).
+    pub(crate) fn sync_segments(&mut self) {
+        let segments = self.udn.segments(&self.fib);
+        self.fdb.set_segments(segments, self.fib.ports());
+        self.fib.set_switching(Arc::new(self.fdb.switching()));
+    }
+
+    /// Takes in the MACs the workers learned and ages the tables; publishes when they
+    /// changed. Called at every tick.
+    pub(crate) fn learn_and_age_macs(&mut self) {
+        if self.fdb.segments().is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let shared = Arc::clone(&self.shared);
+        let learned = self
+            .fdb
+            .learn_all(std::iter::from_fn(|| shared.pop_fdb_learn()), now);
+        if learned | self.fdb.age(now) {
+            self.fib.set_switching(Arc::new(self.fdb.switching()));
+            self.publish();
         }
     }
 
@@ -133,6 +165,7 @@ impl NodeState {
             api::network_method::DEL => self.network_del(params),
             api::network_method::LIST => self.network_list(params),
             api::network_method::LOOKUP => self.network_lookup(params),
+            api::network_method::FDB => self.network_fdb(params),
             _ => return None,
         })
     }
