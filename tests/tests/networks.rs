@@ -521,3 +521,244 @@ fn the_agent_creates_and_deletes_networks_from_its_manifest_directory() {
     });
     assert!(names().contains(&"blue.tenant".to_string()));
 }
+
+/// A host on VLAN `argv[2]` of interface `argv[1]` at address `argv[3]` (MAC
+/// `argv[4]`) for a kernel without 802.1Q support: answers ARP and ICMP echo for its
+/// address, only in frames of that VLAN (tagged on the wire: the kernel reports a
+/// stripped tag in the packet socket's auxiliary data), always tagged. Prints
+/// `listening`, then a line per answer.
+const VLAN_PEER: &str = r#"
+import socket, struct, sys
+ifname, vid, me, mac = sys.argv[1], int(sys.argv[2]), socket.inet_aton(sys.argv[3]), bytes.fromhex(sys.argv[4].replace(":", ""))
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3)); s.bind((ifname, 0))
+s.setsockopt(263, 8, 1)  # SOL_PACKET, PACKET_AUXDATA
+print("listening", flush=True)
+def csum(b):
+    if len(b) % 2: b += b"\0"
+    t = sum(struct.unpack("!%dH" % (len(b) // 2), b)); t = (t >> 16) + (t & 0xffff); t += t >> 16
+    return (~t) & 0xffff
+def send(dst, etype, payload):
+    s.send(dst + mac + struct.pack("!HHH", 0x8100, vid, etype) + payload)
+while True:
+    data, anc, _, addr = s.recvmsg(65535, 256)
+    if addr[2] == socket.PACKET_OUTGOING: continue
+    tag = None
+    for lvl, typ, val in anc:
+        if lvl == 263 and typ == 8:
+            status, _, _, _, _, tci = struct.unpack_from("IIIHHH", val)
+            if status & 0x10: tag = tci & 0xfff
+    etype = struct.unpack("!H", data[12:14])[0]; body = data[14:]
+    if tag is None and etype == 0x8100:
+        tag = struct.unpack("!H", data[14:16])[0] & 0xfff; etype = struct.unpack("!H", data[16:18])[0]; body = data[18:]
+    if tag != vid: continue
+    src = data[6:12]
+    if etype == 0x0806 and body[6:8] == b"\0\1" and body[24:28] == me:
+        send(src, 0x0806, body[:6] + b"\0\2" + mac + me + body[8:14] + body[14:18])
+        print("arp", flush=True)
+    elif etype == 0x0800 and body[9] == 1 and body[16:20] == me and body[20] == 8:
+        ihl = (body[0] & 15) * 4; ip = bytearray(body[:ihl]); icmp = bytearray(body[ihl:struct.unpack("!H", body[2:4])[0]])
+        ip[12:16], ip[16:20] = body[16:20], body[12:16]; ip[8] = 64; ip[10:12] = b"\0\0"; ip[10:12] = struct.pack("!H", csum(bytes(ip)))
+        icmp[0] = 0; icmp[2:4] = b"\0\0"; icmp[2:4] = struct.pack("!H", csum(bytes(icmp)))
+        send(src, 0x0800, bytes(ip) + bytes(icmp))
+        print("echo", flush=True)
+"#;
+
+/// A Layer2 primary network and a Localnet secondary network on VLAN 100 of the uplink.
+const SWITCHED: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: green
+  labels: {k8s.ovn.org/primary-user-defined-network: ""}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: lab}
+---
+apiVersion: k8s.ovn.org/v1
+kind: UserDefinedNetwork
+metadata: {name: l2, namespace: green}
+spec: {topology: Layer2, role: Primary, subnets: ["10.50.0.0/24"], mtu: 1400}
+---
+apiVersion: k8s.ovn.org/v1
+kind: UserDefinedNetwork
+metadata: {name: vlan, namespace: lab}
+spec:
+  topology: Localnet
+  localnet:
+    role: Secondary
+    physicalNetworkName: physnet
+    subnets: ["192.168.100.0/24"]
+    excludeSubnets: ["192.168.100.48/28"]
+    vlan: {mode: Access, access: {id: 100}}
+"#;
+
+/// Attaches pod namespace `n` to network `net` with IPAM; the interface gets the
+/// address with the whole `subnet` on the link (and the default route through
+/// `gateway`, if any). Returns the address.
+fn attach_switched(
+    topo: &Topology,
+    d: &Ferruled,
+    (n, fr_if, mac): (&str, &str, &str),
+    (net, pod): (&str, &str),
+    subnet: &str,
+) -> String {
+    topo.add_pod(n, fr_if, mac);
+    let port = d.ctl_json(&[
+        "port",
+        "add",
+        n,
+        "--af-packet",
+        fr_if,
+        "--network",
+        net,
+        "--mac",
+        mac,
+        "--pod",
+        pod,
+    ]);
+    let ip = port["ips"][0]
+        .as_str()
+        .unwrap_or_else(|| panic!("an address from IPAM: {port:#}"))
+        .to_string();
+    let mtu = port["mtu"].as_u64().expect("mtu").to_string();
+    let host = format!("{ip}/32");
+    ok(&topo.run(n, &["ip", "link", "set", "eth0", "mtu", &mtu]));
+    ok(&topo.run(n, &["ip", "addr", "add", &host, "dev", "eth0"]));
+    ok(&topo.run(
+        n,
+        &["ip", "route", "add", subnet, "dev", "eth0", "scope", "link"],
+    ));
+    if let Some(gw) = port["gateway_ip"].as_str() {
+        ok(&topo.run(
+            n,
+            &["ip", "route", "add", "default", "via", gw, "dev", "eth0"],
+        ));
+    }
+    ip
+}
+
+#[test]
+fn layer2_pods_are_switched_and_localnet_pods_bridged_to_a_vlan() {
+    let topo = Topology::up("l");
+    let mut d = topo.ferruled_with("udnl2", |p| {
+        format!(
+            "{}physical_networks = {{ physnet = \"uplink0\" }}\n",
+            udn_config(p)
+        )
+    });
+    let dir = tempfile::tempdir().expect("tempdir");
+    let manifests = dir.path().join("switched.yaml");
+    std::fs::write(&manifests, SWITCHED).expect("write");
+    ok(&d.ctl(&["network", "apply", "-f", manifests.to_str().expect("path")]));
+
+    // Layer2: three pods on one segment, the gateway on it.
+    let pods = [
+        ("g1", "vg1", "02:00:00:32:00:01"),
+        ("g2", "vg2", "02:00:00:32:00:02"),
+        ("g3", "vg3", "02:00:00:32:00:03"),
+    ];
+    let ips: Vec<String> = pods
+        .iter()
+        .map(|&p| {
+            attach_switched(
+                &topo,
+                &d,
+                p,
+                ("green.l2", &format!("green/{}", p.0)),
+                "10.50.0.0/24",
+            )
+        })
+        .collect();
+    assert_eq!(ips, ["10.50.0.2", "10.50.0.3", "10.50.0.4"]);
+    let switched_before: u64 = d.ctl_json(&["stats"])["workers"][0]["rx_packets"]
+        .as_u64()
+        .unwrap_or(0);
+    for (i, (from, _, _)) in pods.iter().enumerate() {
+        ok(&ping(&topo, from, &["10.50.0.1"]));
+        for (j, ip) in ips.iter().enumerate() {
+            if i != j {
+                ok(&ping(&topo, from, &[ip]));
+            }
+        }
+    }
+    // The pods found each other by ARP (flooded, then answered unicast) and talk
+    // directly: the neighbour entry is the peer pod's own MAC, not the gateway's.
+    let neigh = text(&topo.run("g1", &["ip", "neigh", "show", "10.50.0.3"]));
+    assert!(neigh.contains("02:00:00:32:00:02"), "{neigh}");
+    assert!(
+        d.ctl_json(&["stats"])["workers"][0]["rx_packets"]
+            .as_u64()
+            .unwrap_or(0)
+            > switched_before
+    );
+    let fdb = d.ctl_json(&["network", "fdb", "--network", "green.l2"]);
+    for (_, _, mac) in &pods {
+        assert!(fdb.to_string().contains(mac), "{mac} in {fdb:#}");
+    }
+    let table = ok(&d.ctl(&["network", "fdb"]));
+    assert!(
+        table.contains("green.l2") && table.contains("static"),
+        "{table}"
+    );
+
+    // Localnet: two pods bridged to VLAN 100 of the uplink, where a host answers on
+    // that VLAN only; Ferrule tags what leaves and untags what comes in.
+    let mut peer = Script::start(
+        &topo,
+        "rt",
+        dir.path(),
+        "vlan-peer.py",
+        VLAN_PEER,
+        &["eth0", "100", "192.168.100.50", "02:00:00:64:00:32"],
+    );
+    assert_eq!(peer.line(), "listening");
+    let v1 = attach_switched(
+        &topo,
+        &d,
+        ("v1", "vv1", "02:00:00:64:00:01"),
+        ("lab.vlan", "lab/v1"),
+        "192.168.100.0/24",
+    );
+    let v2 = attach_switched(
+        &topo,
+        &d,
+        ("v2", "vv2", "02:00:00:64:00:02"),
+        ("lab.vlan", "lab/v2"),
+        "192.168.100.0/24",
+    );
+    assert_eq!(
+        (v1.as_str(), v2.as_str()),
+        ("192.168.100.1", "192.168.100.2")
+    );
+    let o = ping(&topo, "v1", &["192.168.100.50"]);
+    assert!(
+        o.status.success(),
+        "{}\n{}\n{}",
+        text(&o),
+        text(&d.ctl(&["network", "fdb"])),
+        diagnostics(&d)
+    );
+    ok(&ping(&topo, "v2", &["192.168.100.50"]));
+    ok(&ping(&topo, "v1", &[&v2]));
+    assert_eq!(peer.line(), "arp", "the peer saw a tagged ARP request");
+    // The router's VLAN interface was learned behind the uplink on VLAN 100.
+    let fdb = d.ctl_json(&["network", "fdb", "--network", "lab.vlan"]);
+    let learned = fdb["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .find(|e| e["kind"] == "learned")
+        .cloned()
+        .unwrap_or_else(|| panic!("a learned entry: {fdb:#}"));
+    assert_eq!(
+        (learned["port"].as_str(), learned["vlan"].as_u64()),
+        (Some("uplink0"), Some(100)),
+        "{fdb:#}"
+    );
+    // The Layer2 network's pods are not on the VLAN: nothing of theirs was learned there.
+    assert!(!fdb.to_string().contains("02:00:00:32:00"), "{fdb:#}");
+
+    let status = d.terminate();
+    assert!(status.success(), "{}", d.log_text());
+}
