@@ -373,6 +373,75 @@ fn overlapping_layer3_networks_egress_masqueraded_isolated_and_deletable_when_un
         "{ct:#}"
     );
 
+    // A NetworkPolicy acts within the pod's network: a second pod of blue reaches the
+    // first until a policy of blue closes the first's ingress to all but app=other.
+    // The manifests show the pods' default-network addresses; the agent renders them
+    // with their addresses on blue.tenant (from ferruled's ports).
+    let (ip_c, _) = attach(
+        &topo,
+        &d,
+        "uc",
+        "vuc",
+        "02:00:00:80:00:0c",
+        "blue.tenant",
+        "blue/c",
+    );
+    assert_eq!(ip_c, "10.128.0.3");
+    ok(&ping(&topo, "uc", &[&ip_a]));
+    let state = dir.path().join("cluster");
+    std::fs::create_dir(&state).expect("mkdir");
+    std::fs::write(
+        state.join("pods.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: a, namespace: blue, labels: {app: a}}\n\
+         spec: {nodeName: n1, containers: [{name: c}]}\nstatus: {podIP: 10.244.0.10}\n---\n\
+         apiVersion: v1\nkind: Pod\nmetadata: {name: c, namespace: blue, labels: {app: client}}\n\
+         spec: {nodeName: n1, containers: [{name: c}]}\nstatus: {podIP: 10.244.0.11}\n---\n\
+         apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: a-from-other, namespace: blue}\n\
+         spec:\n  podSelector: {matchLabels: {app: a}}\n  policyTypes: [Ingress]\n  \
+         ingress: [{from: [{podSelector: {matchLabels: {app: other}}}]}]\n",
+    )
+    .expect("write");
+    let run_agent = || {
+        let agent = Command::new(ferrule_e2e::agent_bin())
+            .args([
+                "--state",
+                state.to_str().expect("path"),
+                "--node",
+                "n1",
+                "--once",
+            ])
+            .arg("--socket")
+            .arg(&d.socket)
+            .stdin(Stdio::null())
+            .output()
+            .expect("ferrule-agent");
+        ok(&agent);
+    };
+    run_agent();
+    let o = ping(&topo, "uc", &[&ip_a]);
+    assert!(
+        !o.status.success(),
+        "the policy lets blue/c in: {}",
+        text(&o)
+    );
+    ok(&ping(&topo, "ua", &[&ip_c]));
+    // Allowing app=client lets blue/c in: the rule holds its address on blue.tenant
+    // (10.128.0.3), not the one its manifest shows.
+    let pods = std::fs::read_to_string(state.join("pods.yaml")).expect("read");
+    std::fs::write(
+        state.join("pods.yaml"),
+        pods.replace("app: other", "app: client"),
+    )
+    .expect("write");
+    run_agent();
+    let dump = d.ctl_json(&["acl", "dump"]);
+    assert!(dump.to_string().contains("10.128.0.3"), "{dump:#}");
+    ok(&ping(&topo, "uc", &[&ip_a]));
+    let empty = dir.path().join("no-acl.yaml");
+    std::fs::write(&empty, "{}\n").expect("write");
+    ok(&d.ctl(&["acl", "apply", "-f", empty.to_str().expect("path")]));
+    ok(&d.ctl(&["port", "del", "uc"]));
+
     // Isolation: the default network's pods are another network.
     let stats = d.ctl_json(&["stats"]);
     let before = drops(&stats, "network-isolation");
