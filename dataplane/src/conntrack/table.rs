@@ -243,9 +243,8 @@ impl Hot {
     /// Whether `key` is the tuple of direction `dir & 1`, the first 12 bytes of the
     /// original source and destination addresses being `src_hi` and `dst_hi` (as
     /// [`hi128`]; the reply direction compared field by field, equal to building the
-    /// reply tuple and comparing).
-    /// The reply direction of a source-NATed connection is in [`NAT_ZONE`], not in the
-    /// entry's zone.
+    /// reply tuple and comparing). The reply direction of a source-NATed connection is
+    /// in [`NAT_ZONE`], not in the entry's zone.
     #[inline(always)]
     fn matches(&self, dir: u32, key: &FlowKey, src_hi: u128, dst_hi: u128) -> bool {
         let src = addr128(src_hi, self.src);

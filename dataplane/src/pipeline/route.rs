@@ -9,24 +9,89 @@
 //! the default network ([`crossing`]); packets from or to a locked port pass only as
 //! [`locked`] says.
 
-use super::burst::Burst;
+use super::burst::{Burst, Scratch};
 use super::ct::{self, CtMark};
-use super::{local, net_name, trace, Action, Frames, IcmpErrorKind, Parsed, Stage, Tracer};
+use super::{
+    local, net_name, trace, Action, Frames, IcmpErrorKind, Parsed, Stage, Tracer, MAX_BURST,
+};
 use crate::conntrack::Conntrack;
 use crate::counters::DropReason;
 use crate::lpm;
 use crate::snapshot::{NextHopEntry, PortRole, PortState, Snapshot};
 use std::net::IpAddr;
 
-/// The stage, over the packets `s.ok` lists.
+/// The stage, over the packets `s.ok` lists. With one network and no locked port (the
+/// common case) the packets are routed exactly as without networks; otherwise by
+/// [`route_networks`].
 #[inline(always)]
 pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
-    let (snap, port, s) = (b.snap, b.port, &mut *b.s);
+    // (The burst's parts are passed one by one: the context itself, passed to a function
+    // that is not inlined, would have to live in memory for the whole burst.)
+    b.n_routed = if b.snap.networks.len() > 1 || b.snap.any_locked {
+        route_networks(
+            b.snap,
+            b.port,
+            &mut *b.s,
+            &mut *b.frames,
+            &mut *b.actions,
+            b.ct.as_deref(),
+            &mut *b.t,
+            b.n_ok,
+        )
+    } else {
+        route_all::<F, T, false>(
+            b.snap,
+            b.port,
+            &mut *b.s,
+            &mut *b.frames,
+            &mut *b.actions,
+            None,
+            &mut *b.t,
+            b.n_ok,
+        )
+    };
+}
+
+/// The stage when the snapshot has more than one network or a locked port: each
+/// packet looked up in its own network (a reply translated back into a user-defined
+/// network is not in the input port's), then [`network_checks`]. Out of line, so that
+/// the common case keeps its registers.
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+fn route_networks<F: Frames + ?Sized, T: Tracer>(
+    snap: &Snapshot,
+    port: &PortState,
+    s: &mut Scratch,
+    frames: &mut F,
+    actions: &mut [Action],
+    ct: Option<&Conntrack>,
+    t: &mut T,
+    n_ok: usize,
+) -> usize {
+    route_all::<F, T, true>(snap, port, s, frames, actions, ct, t, n_ok)
+}
+
+/// Routes the `n_ok` packets `s.ok` lists: one batched IPv4 lookup in the input port's
+/// network, the rest (IPv6, and with `NETWORKS` the packets of another network) one by
+/// one; with `NETWORKS`, the network checks after each lookup (`ct`: the worker's
+/// conntrack when it is active this burst). Returns how many were routed to a port
+/// (listed in `s.routed`).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn route_all<F: Frames + ?Sized, T: Tracer, const NETWORKS: bool>(
+    snap: &Snapshot,
+    port: &PortState,
+    s: &mut Scratch,
+    frames: &mut F,
+    actions: &mut [Action],
+    ct: Option<&Conntrack>,
+    t: &mut T,
+    n_ok: usize,
+) -> usize {
     let (mut n4, mut n1) = (0usize, 0usize);
-    for &i in &s.ok[..b.n_ok] {
+    for &i in &s.ok[..n_ok] {
         let parsed = &s.parsed[usize::from(i)];
-        // (One test for both: a translated reply is in another network.)
-        if parsed.is_ipv6() | (parsed.key.network != port.network) {
+        if parsed.is_ipv6() || (NETWORKS && parsed.key.network != port.network) {
             s.pending6[n1] = i;
             n1 += 1;
         } else {
@@ -39,10 +104,6 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
     if let Some(net) = net {
         net.lpm4.lookup_batch(&s.dst4[..n4], &mut s.nh4[..n4]);
     }
-    let checks = Checks {
-        any_locked: snap.any_locked,
-        ct: b.ct.as_deref(),
-    };
     let mut n_routed = 0usize;
     for k in 0..n4 + n1 {
         let (i, nh) = if k < n4 {
@@ -54,17 +115,25 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
             (usize::from(s.pending4[k]), nh)
         } else {
             let i = usize::from(s.pending6[k - n4]);
-            (i, lookup_one(snap, &s.parsed[i]))
+            let nh = if NETWORKS {
+                lookup_one(snap, &s.parsed[i])
+            } else {
+                match (net, s.parsed[i].key.dst_ip()) {
+                    (Some(net), IpAddr::V6(a)) => net.lpm6.lookup(a).unwrap_or(lpm::NO_ROUTE),
+                    _ => lpm::NO_ROUTE,
+                }
+            };
+            (i, nh)
         };
-        match route(
+        match route::<T, NETWORKS>(
             snap,
             port,
             &s.parsed[i],
-            &s.ct[i],
-            &checks,
+            (&s.ct, i),
+            ct,
             nh,
-            b.frames.frame_mut(i),
-            b.t,
+            frames.frame_mut(i),
+            t,
         ) {
             Ok(hop) => {
                 s.hop[i] = hop;
@@ -72,10 +141,10 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
                 s.routed[n_routed] = i as u16;
                 n_routed += 1;
             }
-            Err(action) => b.actions[i] = action,
+            Err(action) => actions[i] = action,
         }
     }
-    b.n_routed = n_routed;
+    n_routed
 }
 
 /// The route lookup of one packet in its own network.
@@ -92,13 +161,8 @@ fn lookup_one(snap: &Snapshot, parsed: &Parsed) -> u32 {
     .unwrap_or(lpm::NO_ROUTE)
 }
 
-/// What the per-packet checks after the lookup need besides the packet: whether any
-/// port is locked (read once per burst), and the worker's conntrack when it is active
-/// this burst (the marks in `s.ct` are only meaningful then).
-struct Checks<'a> {
-    any_locked: bool,
-    ct: Option<&'a Conntrack>,
-}
+/// The burst's conntrack marks and a packet's index in them.
+type Marks<'a> = (&'a [CtMark; MAX_BURST], usize);
 
 /// The IPv4 address inside an IPv4-mapped key address.
 #[inline(always)]
@@ -111,12 +175,12 @@ fn v4_octets(mapped: &[u8; 16]) -> [u8; 4] {
 /// the action that ends its path here.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn route<T: Tracer>(
+fn route<T: Tracer, const NETWORKS: bool>(
     snap: &Snapshot,
     port: &PortState,
     parsed: &Parsed,
-    mark: &CtMark,
-    checks: &Checks<'_>,
+    marks: Marks<'_>,
+    ct: Option<&Conntrack>,
     nh: u32,
     frame: &mut [u8],
     t: &mut T,
@@ -167,11 +231,8 @@ fn route<T: Tracer>(
     let Some(out_port) = snap.ports.get(usize::from(out)) else {
         return Err(Action::Drop(DropReason::NoRoute));
     };
-    if out_port.network != network {
-        crossing(snap, port, out_port, parsed, mark, checks.ct, frame, t)?;
-    }
-    if checks.any_locked & (port.locked | out_port.locked) {
-        locked(snap, port, out_port, parsed, t)?;
+    if NETWORKS {
+        network_checks(snap, port, out_port, parsed, marks, ct, frame, t)?;
     }
     trace!(
         t,
@@ -186,12 +247,37 @@ fn route<T: Tracer>(
     Ok((out, via))
 }
 
+/// The checks of a packet routed to `output` when the snapshot has more than one
+/// network or a locked port: [`crossing`] when `output` is in another network than the
+/// packet, [`locked`] when either port is locked. `ct` is the worker's conntrack when
+/// it is active this burst (the marks are only meaningful then).
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+fn network_checks<T: Tracer>(
+    snap: &Snapshot,
+    input: &PortState,
+    output: &PortState,
+    parsed: &Parsed,
+    (marks, i): Marks<'_>,
+    ct: Option<&Conntrack>,
+    frame: &[u8],
+    t: &mut T,
+) -> Result<(), Action> {
+    if output.network != parsed.key.network {
+        crossing(snap, input, output, parsed, &marks[i], ct, frame, t)?;
+    }
+    if input.locked || output.locked {
+        locked(snap, input, output, parsed, t)?;
+    }
+    Ok(())
+}
+
 /// A packet routed to `output`, a port of another network than the packet's: allowed
 /// only when the packet's network is user-defined, `output` is an uplink of the
 /// default network and the packet leaves masqueraded
 /// ([`ct::masqueraded_egress`]); anything else is dropped as `network-crossing`.
 #[allow(clippy::too_many_arguments)]
-#[inline(never)]
+#[inline]
 fn crossing<T: Tracer>(
     snap: &Snapshot,
     input: &PortState,
