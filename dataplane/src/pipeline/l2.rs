@@ -23,33 +23,24 @@ const PREFETCH_AHEAD: usize = 4;
 ///
 /// On a port that is a member of a layer-2 segment, frames not for the port's MAC (or
 /// tagged with a VLAN it switches) are switched ([`switch`]) and their sources learned;
-/// that variant of the loop is a function of its own, so a routed port's burst runs the
-/// same code as without switching.
+/// that variant of the loop is a function of its own ([`switched`]), and a routed port's
+/// burst runs [`routed`], the loop as it was before switching, untouched: sharing the
+/// loop's source (with the switching part compiled out by a constant) made the routed
+/// path about 12% more expensive in the benchmark binary (code generation of the
+/// stored headers), see `perf/RESULTS.md`.
 #[inline(always)]
 pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
     match b.snap.switching.port(b.in_port) {
-        None => frames::<F, T, false>(b, None),
+        None => routed(b),
         Some(sw) => switched(b, sw),
     }
 }
 
-/// [`stage`] on a segment member: the loop, then the learning pass.
-#[inline(never)]
-fn switched<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>, sw: &PortSegments) {
-    frames::<F, T, true>(b, Some(sw));
-    switch::learn(b, sw);
-}
-
-/// The stage's loop over the frames; `SWITCHED`: on a segment member (`sw`).
+/// [`stage`] on a port in no segment.
 #[inline(always)]
-fn frames<F: Frames + ?Sized, T: Tracer, const SWITCHED: bool>(
-    b: &mut Burst<'_, F, T>,
-    sw: Option<&PortSegments>,
-) {
+fn routed<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
     let (snap, port, s) = (b.snap, b.port, &mut *b.s);
     let pod = port.role == PortRole::Pod;
-    let sw = sw.filter(|_| SWITCHED);
-    let in_port = b.in_port;
     for i in 0..PREFETCH_AHEAD.min(b.n) {
         b.frames.prefetch(i);
     }
@@ -59,23 +50,9 @@ fn frames<F: Frames + ?Sized, T: Tracer, const SWITCHED: bool>(
         s.ct[i] = CtMark::None;
         s.snat[i] = SnatHint::None;
         s.reflect[i] = false;
-        match front(snap, in_port, port, sw, pod, b.frames.frame_mut(i), b.t) {
+        match front(snap, port, pod, b.frames.frame_mut(i), b.t) {
             Ok(parsed) => {
                 s.parsed[i] = parsed;
-                // On an untagged segment member, what is not for the port's MAC is
-                // switched (decided on the stored headers, as port security is).
-                if let Some(sw) = sw.filter(|p| SWITCHED && p.untagged.is_some()) {
-                    let frame = b.frames.frame(i);
-                    if frame[..6] != port.mac.0 {
-                        let parsed = &s.parsed[i];
-                        if let Some(a) =
-                            switch::untagged(snap, sw, in_port, port, pod, parsed, frame, b.t)
-                        {
-                            *action = a;
-                            continue;
-                        }
-                    }
-                }
                 // Port security: from a pod port, only what the pod sends as itself
                 // goes on (checked on the stored headers, which keeps `front` as lean
                 // as without it).
@@ -95,15 +72,14 @@ fn frames<F: Frames + ?Sized, T: Tracer, const SWITCHED: bool>(
     b.n_ok = n_ok;
 }
 
-/// Parse and l2: `Ok(parsed)` when the packet goes on (to port security on a pod port,
-/// `pod`, then conntrack, local and ttl), else the action that ends its path here (ARP
-/// is answered here, from a pod port once port security accepts it).
+/// Parse and l2 on a routed port: `Ok(parsed)` when the packet goes on (to port
+/// security on a pod port, `pod`, then conntrack, local and ttl), else the action that
+/// ends its path here (ARP is answered here, from a pod port once port security
+/// accepts it).
 #[inline(always)]
 fn front<T: Tracer>(
     snap: &Snapshot,
-    in_port: u16,
     port: &PortState,
-    sw: Option<&PortSegments>,
     pod: bool,
     frame: &mut [u8],
     t: &mut T,
@@ -111,10 +87,6 @@ fn front<T: Tracer>(
     let parsed = match parse::parse(frame, port.network) {
         Ok(p) => p,
         Err(reason) => {
-            if let (DropReason::VlanTagged, Some(sw)) = (reason, sw) {
-                trace!(t, Stage::Parse, "{} byte frame: 802.1Q tagged", frame.len());
-                return Err(switch::tagged(snap, sw, in_port, port, frame, t));
-            }
             trace!(
                 t,
                 Stage::Parse,
@@ -129,31 +101,136 @@ fn front<T: Tracer>(
 
     // l2: frames must be for us: our MAC, broadcast (ARP), or IPv6 multicast (ND).
     let dst_mac = EthernetFrame::new_unchecked(&*frame).dst_addr();
-    if dst_mac != port.mac {
-        match sw.and_then(|p| p.untagged) {
-            // An untagged segment member switches what is not for Ferrule (the stage's
-            // loop, once the headers are stored), but for a broadcast ARP request for
-            // one of the port's addresses, answered below.
-            Some(_) => {
-                if !(parsed.is_arp()
-                    && dst_mac.is_broadcast()
-                    && switch::arp_request_for(port, frame))
-                {
-                    return Ok(parsed);
+    if !(dst_mac == port.mac || routed_accepts(dst_mac, &parsed)) {
+        trace!(
+            t,
+            Stage::L2,
+            "destination {} is not {} of port {}",
+            dst_mac,
+            port.mac,
+            port.name
+        );
+        return Err(Action::Drop(DropReason::DstMacMismatch));
+    }
+    trace!(
+        t,
+        Stage::L2,
+        "destination {} accepted on port {} (network {})",
+        dst_mac,
+        port.name,
+        net_name(snap, port.network)
+    );
+
+    if parsed.is_arp() {
+        // From a pod, answered only if port security accepts it.
+        if pod {
+            port_security::check_arp(port, frame, t).map_err(Action::Drop)?;
+        }
+        return Err(local::arp(port, frame, t));
+    }
+    Ok(parsed)
+}
+
+/// [`stage`] on a segment member: the loop, then the learning pass.
+#[inline(never)]
+fn switched<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>, sw: &PortSegments) {
+    let (snap, port, s) = (b.snap, b.port, &mut *b.s);
+    let pod = port.role == PortRole::Pod;
+    let in_port = b.in_port;
+    for i in 0..PREFETCH_AHEAD.min(b.n) {
+        b.frames.prefetch(i);
+    }
+    let mut n_ok = 0usize;
+    for (i, action) in b.actions.iter_mut().enumerate().take(b.n) {
+        b.frames.prefetch(i + PREFETCH_AHEAD);
+        s.ct[i] = CtMark::None;
+        s.snat[i] = SnatHint::None;
+        s.reflect[i] = false;
+        match switched_front(snap, in_port, port, sw, pod, b.frames.frame_mut(i), b.t) {
+            Ok(parsed) => {
+                s.parsed[i] = parsed;
+                // On an untagged segment member, what is not for the port's MAC is
+                // switched (decided on the stored headers, as port security is).
+                if sw.untagged.is_some() {
+                    let frame = b.frames.frame(i);
+                    if frame[..6] != port.mac.0 {
+                        let parsed = &s.parsed[i];
+                        if let Some(a) =
+                            switch::untagged(snap, sw, in_port, port, pod, parsed, frame, b.t)
+                        {
+                            *action = a;
+                            continue;
+                        }
+                    }
                 }
+                // Port security, as on a routed port.
+                if pod {
+                    let frame = b.frames.frame(i);
+                    if let Err(reason) = port_security::check(port, &s.parsed[i], frame, b.t) {
+                        *action = Action::Drop(reason);
+                        continue;
+                    }
+                }
+                s.ok[n_ok] = i as u16;
+                n_ok += 1;
             }
-            None if routed_accepts(dst_mac, &parsed) => {}
-            None => {
-                trace!(
-                    t,
-                    Stage::L2,
-                    "destination {} is not {} of port {}",
-                    dst_mac,
-                    port.mac,
-                    port.name
-                );
-                return Err(Action::Drop(DropReason::DstMacMismatch));
+            Err(a) => *action = a,
+        }
+    }
+    b.n_ok = n_ok;
+    switch::learn(b, sw);
+}
+
+/// [`front`] on a segment member (`sw`): a tagged frame is switched
+/// ([`switch::tagged`]); on an untagged member, a frame not for the port's MAC goes on
+/// (`Ok`) to be switched by the loop, but for a broadcast ARP request for one of the
+/// port's addresses, answered here.
+#[inline(always)]
+fn switched_front<T: Tracer>(
+    snap: &Snapshot,
+    in_port: u16,
+    port: &PortState,
+    sw: &PortSegments,
+    pod: bool,
+    frame: &mut [u8],
+    t: &mut T,
+) -> Result<Parsed, Action> {
+    let parsed = match parse::parse(frame, port.network) {
+        Ok(p) => p,
+        Err(DropReason::VlanTagged) => {
+            trace!(t, Stage::Parse, "{} byte frame: 802.1Q tagged", frame.len());
+            return Err(switch::tagged(snap, sw, in_port, port, frame, t));
+        }
+        Err(reason) => {
+            trace!(
+                t,
+                Stage::Parse,
+                "{} byte frame: {}",
+                frame.len(),
+                reason.name()
+            );
+            return Err(Action::Drop(reason));
+        }
+    };
+    trace!(t, Stage::Parse, "{}", parsed);
+
+    let dst_mac = EthernetFrame::new_unchecked(&*frame).dst_addr();
+    if dst_mac != port.mac {
+        if sw.untagged.is_some() {
+            if !(parsed.is_arp() && dst_mac.is_broadcast() && switch::arp_request_for(port, frame))
+            {
+                return Ok(parsed);
             }
+        } else if !routed_accepts(dst_mac, &parsed) {
+            trace!(
+                t,
+                Stage::L2,
+                "destination {} is not {} of port {}",
+                dst_mac,
+                port.mac,
+                port.name
+            );
+            return Err(Action::Drop(DropReason::DstMacMismatch));
         }
     }
     trace!(
