@@ -379,6 +379,16 @@ impl Drop for Ferruled {
     }
 }
 
+/// A child process stopped (like [`stop_timeout_child`]) when dropped, also when the
+/// test fails.
+pub struct Stopped(pub Child);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        stop_timeout_child(&mut self.0);
+    }
+}
+
 /// Stops a child started as `ip netns exec NS timeout SECS PROGRAM …` (the child is
 /// `timeout`; PROGRAM is its child): SIGTERM first, which `timeout` passes on to
 /// PROGRAM before it exits — a SIGKILL would leave PROGRAM running, orphaned — then

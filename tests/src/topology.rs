@@ -3,8 +3,9 @@
 
 use crate::base_config;
 use serde_json::Value;
+use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 
 /// The demo topology (scripts/netns-topology.sh): pods `pa`, `pb`, router `rt`, and
 /// `fr` where ferruled runs; torn down on drop.
@@ -177,5 +178,77 @@ impl Topology {
         let wrapper = vec!["ip".into(), "netns".into(), "exec".into(), self.ns("fr")];
         crate::Ferruled::start_wrapped(dir, &config(&prefix), &prefix, &wrapper)
             .expect("start ferruled")
+    }
+}
+
+/// A python script run in a namespace, killed when dropped.
+pub struct Script(Option<Child>);
+
+impl Script {
+    /// Writes `code` to `dir/name` and runs it with python3 in namespace `ns` of
+    /// `topo` (for at most 60 s), stdout and stderr piped.
+    pub fn start(
+        topo: &Topology,
+        ns: &str,
+        dir: &Path,
+        name: &str,
+        code: &str,
+        args: &[&str],
+    ) -> Script {
+        let path = dir.join(name);
+        std::fs::File::create(&path)
+            .and_then(|mut f| f.write_all(code.as_bytes()))
+            .expect("write script");
+        let child = Command::new("ip")
+            .args(["netns", "exec", &topo.ns(ns), "timeout", "60", "python3"])
+            .arg(&path)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("python3");
+        Script(Some(child))
+    }
+
+    /// The first line it prints (waits for it).
+    pub fn line(&mut self) -> String {
+        use std::io::BufRead;
+        let out = self
+            .0
+            .as_mut()
+            .and_then(|c| c.stdout.as_mut())
+            .expect("stdout");
+        let mut line = String::new();
+        std::io::BufReader::new(out)
+            .read_line(&mut line)
+            .expect("read");
+        line.trim().to_string()
+    }
+
+    /// Waits for it: whether it succeeded, and its stdout and stderr.
+    pub fn finish(mut self) -> (bool, String) {
+        let out = self
+            .0
+            .take()
+            .expect("running")
+            .wait_with_output()
+            .expect("wait");
+        (
+            out.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    }
+}
+
+impl Drop for Script {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.0 {
+            crate::stop_timeout_child(child);
+        }
     }
 }

@@ -348,15 +348,6 @@ fn the_plugin_speaks_the_cni_protocol() {
     );
 }
 
-/// A child process stopped when the test ends, whether it passes or fails.
-struct Stopped(Child);
-
-impl Drop for Stopped {
-    fn drop(&mut self) {
-        stop_timeout_child(&mut self.0);
-    }
-}
-
 /// `/etc/cni/net.d` and `/opt/cni/bin/ferrule` for the test, restored on drop.
 struct CniInstall {
     saved: Option<PathBuf>,
@@ -706,7 +697,7 @@ fn containers_run_by_containerd_get_their_network_from_ferrule() {
          spec:\n  podSelector: {{matchLabels: {{app: beta}}}}\n  policyTypes: [Ingress]\n  ingress:\n    - from: [{{ipBlock: {{cidr: 0.0.0.0/0, except: [\"{a4}/32\"]}}}}]\n"
     );
     std::fs::write(state.join("cluster.yaml"), manifests).unwrap();
-    let agent = Stopped(
+    let agent = ferrule_e2e::Stopped(
         Command::new(agent_bin())
             .args([
                 "--state",

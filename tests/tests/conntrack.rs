@@ -14,9 +14,7 @@
 use ferrule_e2e::topology::*;
 use ferrule_e2e::Ferruled;
 use serde_json::Value;
-use std::io::Write;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// An address of the router's own, outside the VPC.
@@ -158,75 +156,6 @@ while reply is None or not reply.startswith(b"R "):
                 break
 print(reply.decode(), N, hashlib.sha256(data).hexdigest(), echoed, retransmits, bad, flush=True)
 "#;
-
-/// A python script run in a namespace, killed when dropped.
-struct Script(Option<Child>);
-
-impl Script {
-    fn start(
-        topo: &Topology,
-        ns: &str,
-        dir: &Path,
-        name: &str,
-        code: &str,
-        args: &[&str],
-    ) -> Script {
-        let path = dir.join(name);
-        std::fs::File::create(&path)
-            .and_then(|mut f| f.write_all(code.as_bytes()))
-            .expect("write script");
-        let child = Command::new("ip")
-            .args(["netns", "exec", &topo.ns(ns), "timeout", "60", "python3"])
-            .arg(&path)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("python3");
-        Script(Some(child))
-    }
-
-    /// The first line it prints (waits for it).
-    fn line(&mut self) -> String {
-        use std::io::BufRead;
-        let out = self
-            .0
-            .as_mut()
-            .and_then(|c| c.stdout.as_mut())
-            .expect("stdout");
-        let mut line = String::new();
-        std::io::BufReader::new(out)
-            .read_line(&mut line)
-            .expect("read");
-        line.trim().to_string()
-    }
-
-    fn finish(mut self) -> (bool, String) {
-        let out = self
-            .0
-            .take()
-            .expect("running")
-            .wait_with_output()
-            .expect("wait");
-        (
-            out.status.success(),
-            format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ),
-        )
-    }
-}
-
-impl Drop for Script {
-    fn drop(&mut self) {
-        if let Some(child) = &mut self.0 {
-            ferrule_e2e::stop_timeout_child(child);
-        }
-    }
-}
 
 /// The tracked connection towards `dport`, if any.
 fn conn(d: &Ferruled, proto: &str, dport: u16) -> Option<Value> {

@@ -11,9 +11,8 @@
 use ferrule_e2e::topology::*;
 use ferrule_e2e::Ferruled;
 use serde_json::Value;
-use std::io::Write;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 /// An address of the router's own, outside the VPC.
 const INTERNET: &str = "203.0.113.1";
@@ -62,74 +61,6 @@ line, _, back = buf.partition(b"\n")
 peer, n, h, hb = line.decode().split()
 print(peer, n, h == hashlib.sha256(data).hexdigest(), len(back), hb == hashlib.sha256(back).hexdigest(), flush=True)
 "#;
-
-/// A python script in a namespace, killed when dropped.
-struct Script(Option<Child>);
-
-impl Script {
-    fn start(
-        topo: &Topology,
-        ns: &str,
-        dir: &Path,
-        name: &str,
-        code: &str,
-        args: &[&str],
-    ) -> Script {
-        let path = dir.join(name);
-        std::fs::File::create(&path)
-            .and_then(|mut f| f.write_all(code.as_bytes()))
-            .expect("write script");
-        let child = Command::new("ip")
-            .args(["netns", "exec", &topo.ns(ns), "timeout", "60", "python3"])
-            .arg(&path)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("python3");
-        Script(Some(child))
-    }
-
-    fn line(&mut self) -> String {
-        use std::io::BufRead;
-        let out = self
-            .0
-            .as_mut()
-            .and_then(|c| c.stdout.as_mut())
-            .expect("stdout");
-        let mut line = String::new();
-        std::io::BufReader::new(out)
-            .read_line(&mut line)
-            .expect("read");
-        line.trim().to_string()
-    }
-
-    fn finish(mut self) -> (bool, String) {
-        let out = self
-            .0
-            .take()
-            .expect("running")
-            .wait_with_output()
-            .expect("wait");
-        (
-            out.status.success(),
-            format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ),
-        )
-    }
-}
-
-impl Drop for Script {
-    fn drop(&mut self) {
-        if let Some(child) = &mut self.0 {
-            ferrule_e2e::stop_timeout_child(child);
-        }
-    }
-}
 
 /// Two namespaces asking for a primary network, and a Layer3 primary network with the
 /// same subnet in each.
@@ -188,16 +119,18 @@ fn diagnostics(d: &Ferruled) -> String {
 }
 
 /// Attaches pod namespace `n` (veth `fr_if`, MAC `mac`) to network `net` as pod
-/// `pod`, with the address the network's IPAM gives; returns it and the gateway.
-fn attach(
+/// `pod`, with the address the network's IPAM gives and the network's MTU (as the CNI
+/// plugin sets a pod up): the address as a host address, `on_link` (a switched
+/// network's subnet) on the link, else a link route to the gateway, and the default
+/// route through the gateway when the network has one. Returns the address and the
+/// gateway.
+fn attach_pod(
     topo: &Topology,
     d: &Ferruled,
-    n: &str,
-    fr_if: &str,
-    mac: &str,
-    net: &str,
-    pod: &str,
-) -> (String, String) {
+    (n, fr_if, mac): (&str, &str, &str),
+    (net, pod): (&str, &str),
+    on_link: Option<&str>,
+) -> (String, Option<String>) {
     topo.add_pod(n, fr_if, mac);
     let port = d.ctl_json(&[
         "port",
@@ -216,12 +149,42 @@ fn attach(
         .as_str()
         .unwrap_or_else(|| panic!("an address from IPAM: {port:#}"))
         .to_string();
-    let gw = port["gateway_ip"].as_str().expect("gateway").to_string();
-    // The pod's interface has the network's MTU, as the CNI plugin gives it.
+    let gw = port["gateway_ip"].as_str().map(String::from);
     let mtu = port["mtu"].as_u64().expect("mtu").to_string();
     ok(&topo.run(n, &["ip", "link", "set", "eth0", "mtu", &mtu]));
-    topo.address_pod(n, &ip, &gw);
+    match (on_link, &gw) {
+        (None, Some(gw)) => topo.address_pod(n, &ip, gw),
+        (None, None) => panic!("a routed network without a gateway: {port:#}"),
+        (Some(subnet), _) => {
+            let host = format!("{ip}/32");
+            ok(&topo.run(n, &["ip", "addr", "add", &host, "dev", "eth0"]));
+            ok(&topo.run(
+                n,
+                &["ip", "route", "add", subnet, "dev", "eth0", "scope", "link"],
+            ));
+            if let Some(gw) = &gw {
+                ok(&topo.run(
+                    n,
+                    &["ip", "route", "add", "default", "via", gw, "dev", "eth0"],
+                ));
+            }
+        }
+    }
     (ip, gw)
+}
+
+/// [`attach_pod`] to a routed network: the address and the gateway.
+fn attach(
+    topo: &Topology,
+    d: &Ferruled,
+    n: &str,
+    fr_if: &str,
+    mac: &str,
+    net: &str,
+    pod: &str,
+) -> (String, String) {
+    let (ip, gw) = attach_pod(topo, d, (n, fr_if, mac), (net, pod), None);
+    (ip, gw.expect("a gateway"))
 }
 
 #[test]
@@ -335,11 +298,7 @@ fn overlapping_layer3_networks_egress_masqueraded_isolated_and_deletable_when_un
         "clients: {out_a} / {out_b}\n{}",
         diagnostics(&d)
     );
-    let (_, peers) = server
-        .0
-        .take()
-        .map(|c| Script(Some(c)).finish())
-        .expect("server");
+    let (_, peers) = server.finish();
     let mut seen = Vec::new();
     for out in [&out_a, &out_b] {
         let w: Vec<&str> = out.split_whitespace().collect();
@@ -492,15 +451,6 @@ fn overlapping_layer3_networks_egress_masqueraded_isolated_and_deletable_when_un
     assert!(status.success(), "{}", d.log_text());
 }
 
-/// Stops a child process when dropped (also when the test fails).
-struct Stopped(Child);
-
-impl Drop for Stopped {
-    fn drop(&mut self) {
-        ferrule_e2e::stop_timeout_child(&mut self.0);
-    }
-}
-
 /// Waits up to 20 s for `cond`.
 fn wait_until(what: &str, log: &Path, mut cond: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
@@ -533,7 +483,7 @@ fn the_agent_creates_and_deletes_networks_from_its_manifest_directory() {
     )
     .expect("write");
     let log = dir.path().join("agent.log");
-    let _agent = Stopped(
+    let _agent = ferrule_e2e::Stopped(
         Command::new(ferrule_e2e::agent_bin())
             .args([
                 "--state",
@@ -662,49 +612,16 @@ spec:
     vlan: {mode: Access, access: {id: 100}}
 "#;
 
-/// Attaches pod namespace `n` to network `net` with IPAM; the interface gets the
-/// address with the whole `subnet` on the link (and the default route through
-/// `gateway`, if any). Returns the address.
+/// [`attach_pod`] to a switched network whose pods share `subnet` on the link: the
+/// address.
 fn attach_switched(
     topo: &Topology,
     d: &Ferruled,
-    (n, fr_if, mac): (&str, &str, &str),
-    (net, pod): (&str, &str),
+    pod_if: (&str, &str, &str),
+    net_pod: (&str, &str),
     subnet: &str,
 ) -> String {
-    topo.add_pod(n, fr_if, mac);
-    let port = d.ctl_json(&[
-        "port",
-        "add",
-        n,
-        "--af-packet",
-        fr_if,
-        "--network",
-        net,
-        "--mac",
-        mac,
-        "--pod",
-        pod,
-    ]);
-    let ip = port["ips"][0]
-        .as_str()
-        .unwrap_or_else(|| panic!("an address from IPAM: {port:#}"))
-        .to_string();
-    let mtu = port["mtu"].as_u64().expect("mtu").to_string();
-    let host = format!("{ip}/32");
-    ok(&topo.run(n, &["ip", "link", "set", "eth0", "mtu", &mtu]));
-    ok(&topo.run(n, &["ip", "addr", "add", &host, "dev", "eth0"]));
-    ok(&topo.run(
-        n,
-        &["ip", "route", "add", subnet, "dev", "eth0", "scope", "link"],
-    ));
-    if let Some(gw) = port["gateway_ip"].as_str() {
-        ok(&topo.run(
-            n,
-            &["ip", "route", "add", "default", "via", gw, "dev", "eth0"],
-        ));
-    }
-    ip
+    attach_pod(topo, d, pod_if, net_pod, Some(subnet)).0
 }
 
 #[test]
