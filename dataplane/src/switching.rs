@@ -357,6 +357,7 @@ pub fn outputs_vec(
             segment,
             in_vlan,
             untag,
+            ..
         } => {
             let mut base = frame.to_vec();
             retag_vec(&mut base, untag, NO_VLAN);

@@ -10,7 +10,7 @@ use crate::conntrack::{CtBudget, CtConfig};
 use crate::counters::{DropReason, WorkerCounters, MAX_PORTS};
 use crate::ct_requests::{self, CtReply, CtRequest};
 use crate::dpdk::{Burst, Mbuf, Mempool, MAX_BURST};
-use crate::pipeline::{self, icmp_error, Action, NoTrace, Scratch};
+use crate::pipeline::{self, icmp_error, switch, Action, NoTrace, Scratch};
 use crate::punt::{InjectItem, PuntItem, PuntQueues, TraceCapture, TRACE_SNAPLEN};
 use crossbeam_queue::ArrayQueue;
 
@@ -664,7 +664,11 @@ impl Ctx<'_> {
                     segment,
                     in_vlan,
                     untag,
-                } => self.flood(snap, m, in_index, segment, in_vlan, untag),
+                    acl,
+                } => {
+                    let policy = acl.then_some(i);
+                    self.flood(snap, m, in_index, segment, in_vlan, untag, policy)
+                }
             }
         }
         burst.clear_taken();
@@ -677,7 +681,10 @@ impl Ctx<'_> {
     /// Floods frame `m` of `segment`, received on port `in_index` with VLAN `in_vlan`
     /// (its tag removed first when `untag`), to every other member of the segment: a
     /// copy for each but the last, which gets the original; each tagged as its member
-    /// wants. A copy the pool has no mbuf for is dropped as `tx-full`.
+    /// wants. A copy the pool has no mbuf for is dropped as `tx-full`. With `policy`
+    /// (the frame's place in the burst), only to the members whose port's egress table
+    /// permits it (the others counted as `acl-deny`).
+    #[allow(clippy::too_many_arguments)]
     fn flood(
         &mut self,
         snap: &Snapshot,
@@ -686,6 +693,7 @@ impl Ctx<'_> {
         segment: u16,
         in_vlan: u16,
         untag: bool,
+        policy: Option<usize>,
     ) {
         if untag && !untag_mbuf(&mut m) {
             self.drop(m, DropReason::Malformed, in_index);
@@ -696,14 +704,40 @@ impl Ctx<'_> {
             vlan: in_vlan,
         };
         let sw = &*snap.switching;
-        let n = sw.flood_targets(segment, from).count();
+        let len = m.pkt_len() as usize;
+        let packet = policy.map(|i| (self.scratch.parsed[i], self.scratch.ct[i]));
+        let permits = |port: u16| match &packet {
+            None => (true, None),
+            Some((parsed, mark)) => switch::flood_permits(snap, port, parsed, *mark, len),
+        };
+        let n = sw
+            .flood_targets(segment, from)
+            .filter(|t| permits(t.port).0)
+            .count();
+        for target in sw.flood_targets(segment, from) {
+            let (permitted, hit) = permits(target.port);
+            if let Some(hit) = hit {
+                self.counters.acl.hit(hit.slot, u64::from(hit.bytes));
+            }
+            if !permitted {
+                self.counters.drop_packets(DropReason::AclDeny, in_index, 1);
+            }
+        }
         if n == 0 {
-            self.drop(m, DropReason::SwitchNoOutput, in_index);
+            let reason = if policy.is_some() && sw.flood_targets(segment, from).next().is_some() {
+                DropReason::AclDeny
+            } else {
+                DropReason::SwitchNoOutput
+            };
+            self.drop(m, reason, in_index);
             return;
         }
         self.counters.flooded.add(1);
         let mut original = Some(m);
-        for (k, target) in sw.flood_targets(segment, from).enumerate() {
+        let targets = sw
+            .flood_targets(segment, from)
+            .filter(|t| permits(t.port).0);
+        for (k, target) in targets.enumerate() {
             let copy = if k + 1 == n {
                 original.take()
             } else {

@@ -30,6 +30,10 @@ pub struct Scratch {
     pub(super) dst4: [u32; MAX_BURST],
     pub(super) nh4: [u32; MAX_BURST],
     pub(super) pending6: [u16; MAX_BURST],
+    /// Switched IP packets the switching policy pass checks, by index
+    /// ([`switch::policy`](super::switch::policy)).
+    pub switched: [u16; MAX_BURST],
+    pub(super) n_switched: usize,
     /// Packets routed to a port, by index, and per packet its output port and gateway.
     pub routed: [u16; MAX_BURST],
     pub hop: [(u16, Option<IpAddr>); MAX_BURST],
@@ -62,6 +66,8 @@ impl Default for Scratch {
             dst4: [0; MAX_BURST],
             nh4: [0; MAX_BURST],
             pending6: [0; MAX_BURST],
+            switched: [0; MAX_BURST],
+            n_switched: 0,
             routed: [0; MAX_BURST],
             hop: [(0, None); MAX_BURST],
             nh: [0; MAX_BURST],
@@ -132,6 +138,7 @@ impl<'a, F: Frames + ?Sized, T: Tracer> Burst<'a, F, T> {
         let n = frames.count().min(MAX_BURST).min(actions.len());
         s.acl.n_hits = 0;
         s.n_learned = 0;
+        s.n_switched = 0;
         let Some(port) = snap.ports.get(usize::from(in_port)) else {
             actions[..n].fill(Action::Drop(DropReason::Malformed));
             return None;

@@ -599,6 +599,43 @@ pub fn commit<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
     b.n_routed = kept;
 }
 
+/// [`commit`] for switched frames ([`switch::policy`](super::switch::policy)), listed
+/// in `s.routed` with their output port in `s.hop` (`u16::MAX` for a flood): replies
+/// of connections the ACLs changed under re-checked, connections opened for `reflect`
+/// permits — never a masquerade: a switched frame stays as it was sent.
+#[inline(never)]
+pub(super) fn commit_switched<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
+    let Some(ct) = b.ct.as_deref_mut() else {
+        return;
+    };
+    let (snap, input, s) = (b.snap, b.port, &mut *b.s);
+    let mut kept = 0usize;
+    for k in 0..b.n_routed {
+        let i = usize::from(s.routed[k]);
+        if let CtMark::Tracked {
+            id,
+            dir: Dir::Reply,
+            checked: false,
+            ..
+        } = s.ct[i]
+        {
+            if !reply_recheck(snap, ct, b.in_port, s.hop[i].0, id, b.t) {
+                b.actions[i] = Action::Drop(DropReason::AclDeny);
+                continue;
+            }
+        }
+        s.snat[i] = SnatHint::NoSnat;
+        match commit_one(snap, ct, input, input, s, i, b.frames.frame_mut(i), b.t) {
+            Ok(()) => {
+                s.routed[kept] = i as u16;
+                kept += 1;
+            }
+            Err(a) => b.actions[i] = a,
+        }
+    }
+    b.n_routed = kept;
+}
+
 /// The commit of packet `i` (of `s`), about to leave through `output`: records the ACL
 /// state a re-checked connection passed, creates the connection of a first packet
 /// that a `reflect` rule let through or that is masqueraded, and masquerades

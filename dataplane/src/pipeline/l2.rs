@@ -159,6 +159,11 @@ fn switched<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>, sw: &PortSeg
                             switch::untagged(snap, sw, in_port, port, pod, parsed, frame, b.t)
                         {
                             *action = a;
+                            // Switched IP goes through the policy pass.
+                            if switch::policy_applies(a, parsed, frame) {
+                                s.switched[s.n_switched] = i as u16;
+                                s.n_switched += 1;
+                            }
                             continue;
                         }
                     }
@@ -179,6 +184,9 @@ fn switched<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>, sw: &PortSeg
     }
     b.n_ok = n_ok;
     switch::learn(b, sw);
+    if b.s.n_switched > 0 {
+        switch::policy(b);
+    }
 }
 
 /// [`front`] on a segment member (`sw`): a tagged frame is switched

@@ -88,11 +88,13 @@ pub enum Action {
     Switch { port: u16, vlan: u16, untag: bool },
     /// Flooded ([`switch`]): a copy to every member of `segment` but the one it came
     /// from (the input port with VLAN `in_vlan`), each tagged as its member wants;
-    /// its tag removed first when `untag`.
+    /// its tag removed first when `untag`; when `acl`, a copy only where the target
+    /// port's egress table permits it ([`switch::flood_permits`]).
     Flood {
         segment: u16,
         in_vlan: u16,
         untag: bool,
+        acl: bool,
     },
 }
 

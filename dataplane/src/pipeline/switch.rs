@@ -16,10 +16,23 @@
 //! ([`learn`]), the source MACs of switched frames refresh their FDB entries, and the
 //! ones the FDB does not have on that member are reported for the control thread to
 //! learn (`Scratch::learned`).
+//!
+//! Policy ([`policy`]): a switched IP packet between pods is subject to the same ACLs
+//! and connection tracking as a routed one — the input port's ingress table, the
+//! output port's egress table (a flood's copies: each target's, as the worker sends
+//! them, [`flood_permits`]), the global table towards an uplink, `reflect`
+//! connections whose replies skip the tables — run by the routed path's own stages
+//! over the switched packets, before the routed ones. Neighbour discovery and MLD are
+//! exempt, as ARP is; a switched packet larger than its output port's MTU is dropped
+//! (`mtu-exceeded`: a switch sends no ICMP error). 802.1Q-tagged frames (Localnet
+//! traffic from the uplink) are switched without it.
 
 use super::burst::Burst;
-use super::{port_security, trace, Action, Frames, Parsed, Stage, Tracer};
+use super::ct::CtMark;
+use super::{acl, ct, port_security, trace, AclHit, Action, Frames, Parsed, Stage, Tracer};
+use crate::acl::table::Direction;
 use crate::counters::DropReason;
+use crate::flow::Family;
 use crate::snapshot::{PortState, Snapshot};
 use crate::switching::{
     mac_number, LearnEvent, Member, PortSegments, MAX_LEARN_PER_BURST, NO_VLAN, TAG_LEN,
@@ -214,6 +227,7 @@ fn flood<T: Tracer>(snap: &Snapshot, segment: u16, from: Member, untag: bool, t:
         segment,
         in_vlan: from.vlan,
         untag,
+        acl: false,
     }
 }
 
@@ -281,6 +295,122 @@ pub fn learn<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>, sw: &PortSe
     }
 }
 
+/// Whether a switched frame (its action `a`) goes through [`policy`]: an IPv4 or IPv6
+/// packet, switched or flooded, but neighbour discovery and MLD (ICMPv6 130–137 and
+/// 143), which keep a segment working whatever the policy says, as ARP does.
+#[inline(always)]
+pub(super) fn policy_applies(a: Action, parsed: &Parsed, frame: &[u8]) -> bool {
+    if !matches!(a, Action::Switch { .. } | Action::Flood { .. }) || parsed.is_arp() {
+        return false;
+    }
+    !(parsed.key.family == Family::V6
+        && parsed.key.proto == 58
+        && parsed.l4_offset != 0
+        && frame
+            .get(parsed.l4_offset)
+            .is_some_and(|&t| (130..=137).contains(&t) || t == 143))
+}
+
+/// The policy pass over the burst's switched IP packets (`s.switched`, filled by the
+/// l2 loop): conntrack lookup (a packet owned by another worker is handed off),
+/// the input port's ingress table, the output port's egress table and the global
+/// table towards an uplink (a flood: none here, each copy's target in
+/// [`flood_permits`]), the MTU, and the commit of `reflect` connections. A packet
+/// the pass drops gets its drop action; the others keep theirs (switch or flood).
+/// The routed stages' lists are set aside meanwhile and put back after.
+#[inline(never)]
+pub fn policy<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
+    // The switched packets take the place of the routed ones for the pass.
+    std::mem::swap(&mut b.s.ok, &mut b.s.switched);
+    let n_routed_bound = b.n_ok;
+    b.n_ok = b.s.n_switched;
+    ct::lookup(b);
+    acl::ingress(b);
+    // Each survivor with its output port as the routed stages see it.
+    let (snap, s) = (b.snap, &mut *b.s);
+    let mut n = 0usize;
+    for k in 0..b.n_ok {
+        let i = s.ok[k];
+        let out = match b.actions[usize::from(i)] {
+            Action::Switch { port, .. } => {
+                let len = s.parsed[usize::from(i)].l3_len;
+                match snap.ports.get(usize::from(port)) {
+                    Some(p) if len > usize::from(p.mtu) => {
+                        trace!(
+                            b.t,
+                            Stage::Mtu,
+                            "{} bytes over the MTU {} of port {}: drop",
+                            len,
+                            p.mtu,
+                            p.name
+                        );
+                        b.actions[usize::from(i)] = Action::Drop(DropReason::MtuExceeded);
+                        continue;
+                    }
+                    _ => port,
+                }
+            }
+            Action::Flood {
+                segment,
+                in_vlan,
+                untag,
+                ..
+            } => {
+                if snap.acl.any_egress {
+                    trace!(
+                        b.t,
+                        Stage::Acl,
+                        "flooded: each copy's output port's egress table applies as it is sent"
+                    );
+                    b.actions[usize::from(i)] = Action::Flood {
+                        segment,
+                        in_vlan,
+                        untag,
+                        acl: true,
+                    };
+                }
+                u16::MAX
+            }
+            _ => continue,
+        };
+        s.hop[usize::from(i)] = (out, None);
+        s.routed[n] = i;
+        n += 1;
+    }
+    b.n_routed = n;
+    acl::egress(b);
+    ct::commit_switched(b);
+    std::mem::swap(&mut b.s.ok, &mut b.s.switched);
+    b.n_ok = n_routed_bound;
+    b.n_routed = 0;
+}
+
+/// Whether the copy of a flooded packet (its parse `parsed`, conntrack mark `mark`,
+/// frame length `len`) may go to `target`: the target port's egress table permits it
+/// (or it has none, or the packet's connection skips the ACLs). The verdict's rule hit,
+/// if a table was consulted, is returned for the worker to count.
+pub fn flood_permits(
+    snap: &Snapshot,
+    target: u16,
+    parsed: &Parsed,
+    mark: CtMark,
+    len: usize,
+) -> (bool, Option<AclHit>) {
+    let Some(table) = snap.acl.attached(target, Direction::Egress) else {
+        return (true, None);
+    };
+    if mark.skips_acl() {
+        return (true, None);
+    }
+    let mut result = [0u32];
+    table.classify(std::slice::from_ref(&parsed.key), &mut result);
+    let hit = AclHit {
+        slot: table.slot(result[0]),
+        bytes: len as u32,
+    };
+    (table.permits(result[0]), Some(hit))
+}
+
 /// Whether an ARP frame is a request for one of the port's own addresses.
 #[inline(never)]
 pub(super) fn arp_request_for(port: &PortState, frame: &[u8]) -> bool {
@@ -341,7 +471,7 @@ fn member_text(snap: &Snapshot, m: Member) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{process_burst, NoTrace, Recorder, Scratch};
+    use super::super::{parse, process_burst, NoTrace, Recorder, Scratch};
     use super::*;
     use crate::lpm::Lpm4;
     use crate::snapshot::{Network, NextHopEntry, PortRole};
@@ -589,6 +719,199 @@ mod tests {
         crate::switching::outputs_vec(&snap.switching, port, frame, a)
     }
 
+    fn icmp4(dst_mac: [u8; 6], src_mac: [u8; 6], src: [u8; 4], dst: [u8; 4], ty: u8) -> Vec<u8> {
+        let mut icmp = vec![ty, 0, 0, 0, 0x12, 0x34, 0, 1, b'p', b'i', b'n', b'g'];
+        let c = !checksum::data(&icmp);
+        icmp[2..4].copy_from_slice(&c.to_be_bytes());
+        ipv4(dst_mac, src_mac, src, dst, 1, &icmp)
+    }
+
+    /// [`snapshot`] with B's policies as the renderer makes them: its egress table (what
+    /// B receives) reflects what A sends and denies the rest; its ingress table (what B
+    /// sends) denies everything.
+    fn with_b_policy() -> Snapshot {
+        use crate::acl::table::{AclTables, Table};
+        use crate::acl::{Action as RuleAction, Prefix, Rule};
+        use crate::counters::MAX_PORTS;
+        let mut from_a = Rule::any(RuleAction::Reflect);
+        from_a.src = Prefix::v4(Ipv4Addr::from(pod_ip(A)), 32);
+        let b_in = Table::compile("b-in".into(), vec![from_a], vec![1], 2).expect("compile");
+        let b_out = Table::compile("b-out".into(), Vec::new(), Vec::new(), 3).expect("compile");
+        let mut ingress = [None; MAX_PORTS];
+        let mut egress = [None; MAX_PORTS];
+        egress[usize::from(B)] = Some(0);
+        ingress[usize::from(B)] = Some(1);
+        let mut snap = snapshot(true, false);
+        snap.acl = Arc::new(AclTables::new(
+            vec![Arc::new(b_in), Arc::new(b_out)],
+            ingress,
+            egress,
+            None,
+            1,
+        ));
+        snap
+    }
+
+    fn conntrack() -> crate::conntrack::Conntrack {
+        use crate::conntrack::{Conntrack, CtConfig, NoAdvice};
+        let cfg = CtConfig {
+            max_entries: 64,
+            max_per_zone: 64,
+            ..CtConfig::default()
+        };
+        let mut ct = Conntrack::new_in(&cfg, 0, 1, true, &NoAdvice);
+        ct.now = 1_000;
+        ct
+    }
+
+    fn run_ct(
+        snap: &Snapshot,
+        ct: &mut crate::conntrack::Conntrack,
+        port: u16,
+        frame: &[u8],
+    ) -> (Action, super::super::ct::CtMark, Parsed) {
+        let mut frames = [frame.to_vec()];
+        let mut actions = [Action::Drop(DropReason::Malformed)];
+        let mut s = Box::<Scratch>::default();
+        process_burst(
+            snap,
+            port,
+            &mut frames[..],
+            &mut actions,
+            &mut s,
+            Some(ct),
+            &mut NoTrace,
+        );
+        assert_eq!(frames[0], frame, "a switched frame is never rewritten");
+        (actions[0], s.ct[0], s.parsed[0])
+    }
+
+    #[test]
+    fn switched_packets_pass_the_pods_policies_with_connection_tracking() {
+        let snap = with_b_policy();
+        let mut ct = conntrack();
+        let to_b = Action::Switch {
+            port: B,
+            vlan: NO_VLAN,
+            untag: false,
+        };
+        // A → B: B's egress table reflects it; the connection is opened.
+        let request = icmp4(pod_mac(B), pod_mac(A), pod_ip(A), pod_ip(B), 8);
+        assert_eq!(run_ct(&snap, &mut ct, A, &request).0, to_b);
+        assert_eq!(ct.table.len(), 1, "reflect opened the connection");
+        // C → B: no rule of B's egress table: denied.
+        let from_c = icmp4(pod_mac(B), pod_mac(C), pod_ip(C), pod_ip(B), 8);
+        assert_eq!(
+            run_ct(&snap, &mut ct, C, &from_c).0,
+            Action::Drop(DropReason::AclDeny)
+        );
+        // B → A, the reply: B's ingress table denies everything, the connection lets
+        // it through.
+        let reply = icmp4(pod_mac(A), pod_mac(B), pod_ip(B), pod_ip(A), 0);
+        let (a, mark, _) = run_ct(&snap, &mut ct, B, &reply);
+        assert_eq!(
+            a,
+            Action::Switch {
+                port: A,
+                vlan: NO_VLAN,
+                untag: false
+            }
+        );
+        assert!(mark.skips_acl(), "{mark:?}");
+        // B → C, a new packet: denied by B's ingress table.
+        let to_c = icmp4(pod_mac(C), pod_mac(B), pod_ip(B), pod_ip(C), 8);
+        assert_eq!(
+            run_ct(&snap, &mut ct, B, &to_c).0,
+            Action::Drop(DropReason::AclDeny)
+        );
+        // ARP and neighbour discovery pass whatever the tables say.
+        assert!(matches!(
+            run_ct(&snap, &mut ct, B, &who_has(B, pod_ip(C))).0,
+            Action::Flood { acl: false, .. }
+        ));
+    }
+
+    #[test]
+    fn flooded_packets_reach_only_the_ports_whose_tables_permit_them() {
+        let snap = with_b_policy();
+        let mut ct = conntrack();
+        // An IP broadcast from C: flooded, each copy checked against its target's table.
+        let bcast = icmp4([0xff; 6], pod_mac(C), pod_ip(C), [10, 5, 0, 255], 8);
+        let (a, mark, parsed) = run_ct(&snap, &mut ct, C, &bcast);
+        assert_eq!(
+            a,
+            Action::Flood {
+                segment: BLUE,
+                in_vlan: NO_VLAN,
+                untag: false,
+                acl: true
+            }
+        );
+        let len = bcast.len();
+        let (to_a, hit_a) = flood_permits(&snap, A, &parsed, mark, len);
+        let (to_b, hit_b) = flood_permits(&snap, B, &parsed, mark, len);
+        assert!(to_a && hit_a.is_none(), "A has no table");
+        assert!(!to_b, "B's table has no rule for C");
+        assert_eq!(hit_b.map(|h| h.slot), Some(2), "the default verdict's slot");
+        // From A, B's copy is permitted (its reflect rule).
+        let from_a = icmp4([0xff; 6], pod_mac(A), pod_ip(A), [10, 5, 0, 255], 8);
+        let (_, mark, parsed) = run_ct(&snap, &mut ct, A, &from_a);
+        assert!(flood_permits(&snap, B, &parsed, mark, len).0);
+    }
+
+    #[test]
+    fn a_switched_packet_over_the_output_mtu_is_dropped() {
+        let mut snap = snapshot(true, false);
+        snap.ports[usize::from(B)].mtu = 30;
+        let f = echo(pod_mac(B), pod_mac(A), pod_ip(A), pod_ip(B));
+        assert_eq!(run1(&snap, A, &f).0, Action::Drop(DropReason::MtuExceeded));
+        snap.ports[usize::from(B)].mtu = 32;
+        assert!(matches!(
+            run1(&snap, A, &f).0,
+            Action::Switch { port: B, .. }
+        ));
+    }
+
+    #[test]
+    fn neighbour_discovery_is_exempt_from_policy() {
+        let snap = snapshot(true, false);
+        let parsed = |f: &[u8]| parse::parse(f, 1).expect("parses");
+        let echo4 = echo(pod_mac(B), pod_mac(A), pod_ip(A), pod_ip(B));
+        let switch = Action::Switch {
+            port: B,
+            vlan: NO_VLAN,
+            untag: false,
+        };
+        assert!(policy_applies(switch, &parsed(&echo4), &echo4));
+        let arp = who_has(A, pod_ip(B));
+        assert!(!policy_applies(switch, &parsed(&arp), &arp));
+        let _ = snap;
+        // ICMPv6: an NS (135) is exempt, an echo request (128) is not.
+        let icmp6 = |ty: u8| {
+            let src = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0xa);
+            let dst = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0xb);
+            let mut icmp = vec![ty, 0, 0, 0, 0, 0, 0, 0];
+            icmp.extend_from_slice(&dst.octets());
+            let mut pseudo = Vec::new();
+            pseudo.extend_from_slice(&src.octets());
+            pseudo.extend_from_slice(&dst.octets());
+            pseudo.extend_from_slice(&(icmp.len() as u32).to_be_bytes());
+            pseudo.extend_from_slice(&[0, 0, 0, 58]);
+            pseudo.extend_from_slice(&icmp);
+            let c = !checksum::data(&pseudo);
+            icmp[2..4].copy_from_slice(&c.to_be_bytes());
+            let mut ip = vec![0x60, 0, 0, 0, 0, icmp.len() as u8, 58, 255];
+            ip.extend_from_slice(&src.octets());
+            ip.extend_from_slice(&dst.octets());
+            ip.extend_from_slice(&icmp);
+            eth(pod_mac(B), pod_mac(A), 0x86dd, &ip)
+        };
+        let ns = icmp6(135);
+        assert!(!policy_applies(switch, &parsed(&ns), &ns));
+        let echo6 = icmp6(128);
+        assert!(policy_applies(switch, &parsed(&echo6), &echo6));
+    }
+
     #[test]
     fn arp_request_is_flooded_to_the_other_pods_of_the_segment_only() {
         let snap = snapshot(true, false);
@@ -599,7 +922,8 @@ mod tests {
             Action::Flood {
                 segment: BLUE,
                 in_vlan: NO_VLAN,
-                untag: false
+                untag: false,
+                acl: false
             }
         );
         let out = outputs(&snap, A, &f, a);
@@ -871,7 +1195,8 @@ mod tests {
             Action::Flood {
                 segment: RED,
                 in_vlan: VLAN,
-                untag: true
+                untag: true,
+                acl: false
             }
         );
         let out = outputs(&snap, UPLINK, &bcast, a);
