@@ -831,6 +831,38 @@ pub struct VpcSync {
     /// absent: 1024-65535.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snat_ports: Option<String>,
+    /// The node's ENIs (`ferrule-ipamd` pushes them): each is an uplink port of
+    /// `ferruled`; a pod whose address is a secondary IP of ENI k leaves through ENI k
+    /// (its own route table, `eni-<device index>`). When `node_ips` is empty and ENIs
+    /// are given, the node IP is the primary ENI's (device index 0) primary IP.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub enis: Vec<VpcEni>,
+}
+
+/// One ENI of the node, as EC2 describes it, and the `ferruled` port that is its
+/// interface on this node.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct VpcEni {
+    /// The ENI's ID, `eni-` and hex digits.
+    pub id: String,
+    /// Its MAC address.
+    pub mac: String,
+    /// Its device index on the instance: 0 is the primary ENI.
+    pub device_index: u32,
+    /// The CIDR of its subnet.
+    pub subnet_cidr: String,
+    /// Its subnet's gateway (the subnet's first address, as in EC2).
+    pub gateway: String,
+    /// Its primary private IPv4 address (never a pod's).
+    pub primary_ip: String,
+    /// Its secondary private IPv4 addresses (pods' addresses).
+    #[serde(default)]
+    pub secondary_ips: Vec<String>,
+    /// The `ferruled` uplink port that is the ENI's interface; absent: the uplink port
+    /// whose MAC is the ENI's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<String>,
 }
 
 /// Result of `vpc.show` and `vpc.sync`.
@@ -843,6 +875,20 @@ pub struct VpcState {
     pub snat_ports: Vec<String>,
     /// The address pods are masqueraded to; `null` when SNAT is off.
     pub snat_address: Option<String>,
+    /// The ENIs in force, each with the port it was bound to and its route table.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub enis: Vec<VpcEniState>,
+}
+
+/// An ENI in force (`vpc.show`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct VpcEniState {
+    #[serde(flatten)]
+    pub eni: VpcEni,
+    /// The port it is bound to (`port` of [`VpcEni`], or found by MAC).
+    pub bound_port: String,
+    /// Its route table's name: `main` for the primary ENI, else `eni-<device index>`.
+    pub table: String,
 }
 
 /// Conntrack methods' names.

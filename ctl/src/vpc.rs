@@ -63,6 +63,7 @@ pub fn run(ctx: &mut Ctx<'_>, command: &VpcCommand) -> Result<(), CtlError> {
                 vpc_cidrs: a.vpc_cidr.clone(),
                 snat_exclude: a.snat_exclude.clone(),
                 snat_ports: a.snat_ports.clone(),
+                enis: Vec::new(),
             };
             ctx.query(vpc_method::SYNC, super::params(&request)?, render_vpc)
         }

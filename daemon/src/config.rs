@@ -1368,6 +1368,7 @@ impl RawVpc {
             vpc_cidrs: list(&self.vpc_cidrs),
             snat_exclude: list(&self.snat_exclude),
             snat_ports: self.snat_ports.as_ref().map(|p| p.get_ref().clone()),
+            enis: Vec::new(),
         };
         let uplink: Vec<Ipv4Addr> = ports
             .iter()

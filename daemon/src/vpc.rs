@@ -181,6 +181,7 @@ pub fn state(p: &SnatPolicy) -> VpcState {
             .map(|(lo, hi)| format!("{lo}-{hi}"))
             .collect(),
         snat_address: p.snat_addr().map(|a| a.to_string()),
+        enis: Vec::new(),
     }
 }
 
