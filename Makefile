@@ -26,9 +26,9 @@ lint: setup
 # ferrulectl, ferrule-policy (with ferrule-agent), ferrule-cni and ferrule-api build with
 # no DPDK development files visible, and none of them depends on ferrule-ffi.
 no-dpdk:
-	@if $(CARGO) tree -p ferrulectl -p ferrule-policy -p ferrule-api -p ferrule-cni -p ferrule-networks -e normal,build --prefix none \
+	@if $(CARGO) tree -p ferrulectl -p ferrule-policy -p ferrule-api -p ferrule-cni -p ferrule-networks -p ferrule-ipamd -e normal,build --prefix none \
 		| grep -E '^(ferrule-ffi|bindgen) '; then \
-		echo "no-dpdk: ferrulectl/ferrule-policy/ferrule-api/ferrule-cni/ferrule-networks depend on DPDK (above)" >&2; exit 1; fi
+		echo "no-dpdk: ferrulectl/ferrule-policy/ferrule-api/ferrule-cni/ferrule-networks/ferrule-ipamd depend on DPDK (above)" >&2; exit 1; fi
 	@mkdir -p target/no-dpdk-pkgconfig
 	PKG_CONFIG_PATH=$(CURDIR)/target/no-dpdk-pkgconfig PKG_CONFIG_LIBDIR=$(CURDIR)/target/no-dpdk-pkgconfig \
 		$(CARGO) build -p ferrulectl -p ferrule-policy -p ferrule-api -p ferrule-cni -p ferrule-networks

@@ -5,6 +5,8 @@
 #
 #   scripts/setup.sh            # packages + hugepages
 #   FERRULE_HUGEPAGES=1024 scripts/setup.sh   # how many 2 MiB pages to reserve (default 1024)
+#   FERRULE_VENV=/opt/ferrule/venv scripts/setup.sh  # the project's Python venv (moto_server
+#                                                    # for ferrule-ipamd's tests)
 #
 # When hugepages cannot be had, it says so and how to run without them (--no-huge);
 # `make demo` and `make test` then fall back to --no-huge by themselves, while ferruled
@@ -13,7 +15,7 @@ set -euo pipefail
 
 PAGES="${FERRULE_HUGEPAGES:-1024}"
 PACKAGES=(dpdk dpdk-dev libdpdk-dev libclang-dev pkg-config iproute2 procps iputils-ping python3 ethtool tshark
-    containerd runc containernetworking-plugins busybox-static python3-prometheus-client)
+    containerd runc containernetworking-plugins busybox-static python3-prometheus-client python3-venv)
 HP_SYS=/sys/kernel/mm/hugepages/hugepages-2048kB
 HP_MNT=/dev/hugepages
 
@@ -44,6 +46,22 @@ fi
 
 pkg-config --atleast-version=22.11 libdpdk || die "libdpdk >= 22.11 not found by pkg-config after install"
 command -v cargo >/dev/null || die "cargo not found: install the Rust toolchain (https://rustup.rs) and re-run"
+
+# ---- the project's Python venv: moto_server, the EC2 emulator of ferrule-ipamd's tests ----
+VENV="${FERRULE_VENV:-/opt/ferrule/venv}"
+if [ -x "$VENV/bin/moto_server" ]; then
+    say "moto present: $VENV/bin/moto_server"
+else
+    say "installing moto[server] into $VENV"
+    mkdir -p "$(dirname "$VENV")" 2>/dev/null \
+        || die "cannot create $(dirname "$VENV"): run as root, or set FERRULE_VENV to a writable path (the tests then need FERRULE_VENV too)"
+    [ -x "$VENV/bin/pip" ] || python3 -m venv "$VENV" >/tmp/ferrule-venv.log 2>&1 \
+        || die "python3 -m venv $VENV failed (see /tmp/ferrule-venv.log); on Debian: apt-get install python3-venv, then run scripts/setup.sh again"
+    "$VENV/bin/pip" install -q 'moto[server]>=5,<6' >/tmp/ferrule-pip.log 2>&1 \
+        || die "pip install 'moto[server]' into $VENV failed (see /tmp/ferrule-pip.log): check that PyPI is reachable (pip config, proxy), then run scripts/setup.sh again, or by hand: $VENV/bin/pip install 'moto[server]>=5,<6'"
+    [ -x "$VENV/bin/moto_server" ] || die "moto installed but $VENV/bin/moto_server is missing (see /tmp/ferrule-pip.log)"
+    say "moto installed: $VENV/bin/moto_server"
+fi
 
 # ---- hugepages ----
 no_huge() {
