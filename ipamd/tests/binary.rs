@@ -1,6 +1,7 @@
 //! The real `ferrule-ipamd` binary against moto: `ipam.add`/`ipam.del`/`ipam.show` over
 //! the Unix socket with ferrule-api's blocking client, `GET /ip-manager` and
-//! `GET /metrics`, the ENIs pushed to a stand-in ferruled (`vpc.sync`), and `--help` /
+//! `GET /metrics`, discovery through IMDS (a stand-in) and the SDK's endpoint
+//! environment, the ENIs pushed to a stand-in ferruled (`vpc.sync`), and `--help` /
 //! `--check`.
 
 mod support;
@@ -71,6 +72,51 @@ fn fake_ferruled(path: &Path) -> mpsc::Receiver<Value> {
     rx
 }
 
+/// A stand-in instance metadata service (IMDSv2: a token, then the metadata), counting
+/// the metadata it served.
+fn fake_imds(instance_id: String) -> (u16, std::sync::Arc<std::sync::atomic::AtomicU32>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let served = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let count = served.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut head = Vec::new();
+            let mut line = String::new();
+            while reader.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
+                head.push(line.clone());
+                line.clear();
+            }
+            let first = head.first().cloned().unwrap_or_default();
+            let has_token = head.iter().any(|h| {
+                h.to_ascii_lowercase()
+                    .starts_with("x-aws-ec2-metadata-token: test-token")
+            });
+            let (status, body) = if first.starts_with("PUT /latest/api/token") {
+                ("200 OK", "test-token".to_string())
+            } else if !has_token {
+                ("401 Unauthorized", String::new())
+            } else if first.starts_with("GET /latest/meta-data/instance-id ") {
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                ("200 OK", instance_id.clone())
+            } else if first.starts_with("GET /latest/meta-data/placement/region ") {
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                ("200 OK", support::REGION.to_string())
+            } else {
+                ("404 Not Found", String::new())
+            };
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status}\r\nContent-Length: {}\r\nx-aws-ec2-metadata-token-ttl-seconds: 21600\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    (port, served)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_binary_serves_the_ipam_socket_introspection_and_metrics() {
     let moto = Moto::start();
@@ -80,14 +126,11 @@ async fn the_binary_serves_the_ipam_socket_introspection_and_metrics() {
     let ferruled = dir.path().join("ferrule.sock");
     let pushes = fake_ferruled(&ferruled);
     let http = free_port();
+    // The instance ID and region come from the (stand-in) metadata service, the
+    // endpoint from the SDK's standard environment.
+    let (imds, imds_served) = fake_imds(w.instance_id.clone());
     let child = Command::new(BIN)
-        .args(["--cluster", "bin-test", "--instance-id", &w.instance_id])
-        .args([
-            "--region",
-            support::REGION,
-            "--ec2-endpoint",
-            &moto.endpoint(),
-        ])
+        .args(["--cluster", "bin-test"])
         .arg("--datastore")
         .arg(dir.path().join("ipamd.json"))
         .arg("--socket")
@@ -98,10 +141,17 @@ async fn the_binary_serves_the_ipam_socket_introspection_and_metrics() {
         .args(["--reconcile-interval", "200ms", "--cooling", "1s"])
         .env("AWS_ACCESS_KEY_ID", "testing")
         .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .env(
+            "AWS_EC2_METADATA_SERVICE_ENDPOINT",
+            format!("http://127.0.0.1:{imds}/"),
+        )
+        .env("AWS_ENDPOINT_URL_EC2", moto.endpoint())
+        .env_remove("AWS_REGION")
+        .env_remove("AWS_DEFAULT_REGION")
+        .env_remove("FERRULE_INSTANCE_ID")
         .env_remove("WARM_IP_TARGET")
         .env_remove("MINIMUM_IP_TARGET")
         .env_remove("AWS_ENDPOINT_URL")
-        .env_remove("AWS_ENDPOINT_URL_EC2")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -114,6 +164,11 @@ async fn the_binary_serves_the_ipam_socket_introspection_and_metrics() {
         assert!(Instant::now() < deadline, "the IPAM socket did not appear");
         std::thread::sleep(Duration::from_millis(50));
     }
+    assert_eq!(
+        imds_served.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "instance ID and region from IMDS"
+    );
     let mode = std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
 

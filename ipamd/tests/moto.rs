@@ -170,8 +170,16 @@ async fn ip_targets_take_precedence_and_trim_the_surplus() {
         dir.path(),
         &["--warm-ip-target", "5", "--minimum-ip-target", "10"],
     );
+    // No ferruled listens there: the push fails, is counted, and is tried again.
+    let mut s = s;
+    s.ferruled_socket = Some(dir.path().join("no-ferruled.sock"));
     let ipamd = start(s).await;
     ipamd.reconcile_once().await.unwrap();
+    ipamd.reconcile_once().await.unwrap();
+    assert!(ipamd
+        .metrics()
+        .encode()
+        .contains(r#"ferrule_ipamd_ferruled_pushes_total{outcome="error"} 2"#));
     let state = ipamd.show();
     assert_eq!(state.settings.mode, "ip");
     assert_eq!(
