@@ -26,6 +26,8 @@ use crate::metrics::Metrics;
 pub const CLUSTER_TAG: &str = "ferrule.io/cluster";
 /// Tag key naming the instance an ENI was created for.
 pub const INSTANCE_TAG: &str = "ferrule.io/instance-id";
+/// Tag key holding when the ENI was created (seconds since the Unix epoch).
+pub const CREATED_TAG: &str = "ferrule.io/created-at";
 
 /// How the client reaches EC2 and how hard it tries.
 #[derive(Debug, Clone)]
@@ -75,6 +77,16 @@ pub struct EniDesc {
     pub secondary_ips: Vec<Ipv4Addr>,
     pub security_groups: Vec<String>,
     pub tags: Vec<(String, String)>,
+}
+
+impl EniDesc {
+    /// The value of tag `key`.
+    pub fn tag(&self, key: &str) -> Option<&str> {
+        self.tags
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
 }
 
 /// The instance as EC2 describes it.
@@ -408,9 +420,8 @@ impl Ec2 {
             .into_iter()
             .filter(|e| {
                 e.status == "available"
-                    && e.tags.iter().any(|(k, v)| k == CLUSTER_TAG && v == cluster)
-                    && instance_id
-                        .is_none_or(|id| e.tags.iter().any(|(k, v)| k == INSTANCE_TAG && v == id))
+                    && e.tag(CLUSTER_TAG) == Some(cluster)
+                    && instance_id.is_none_or(|id| e.tag(INSTANCE_TAG) == Some(id))
             })
             .collect())
     }
@@ -428,6 +439,12 @@ impl Ec2 {
             .resource_type(ResourceType::NetworkInterface)
             .tags(Tag::builder().key(CLUSTER_TAG).value(cluster).build())
             .tags(Tag::builder().key(INSTANCE_TAG).value(instance_id).build())
+            .tags(
+                Tag::builder()
+                    .key(CREATED_TAG)
+                    .value((crate::manager::now_ms() / 1000).to_string())
+                    .build(),
+            )
             .build();
         let out = self
             .retry("CreateNetworkInterface", || {

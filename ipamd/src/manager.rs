@@ -28,6 +28,14 @@ use crate::{cidr, limits};
 /// Most EC2 actions one reconcile round takes.
 const MAX_ACTIONS_PER_ROUND: usize = 8;
 
+/// How often a round looks for this instance's leaked ENIs (sooner after a failed
+/// attach).
+const LEAK_CHECK_EVERY: Duration = Duration::from_secs(60);
+
+/// Another instance's unattached ENI younger than this is left alone at start: its
+/// daemon may be between CreateNetworkInterface and AttachNetworkInterface.
+const FOREIGN_LEAK_GRACE_SECS: u64 = 300;
+
 /// Why the daemon could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -76,6 +84,9 @@ struct Inner {
     max_pod_ips: u32,
     blocked: Option<Blocked>,
     last_pushed: Option<VpcSync>,
+    /// When the last leak check ran; whether an ENI may have been left unattached since.
+    last_leak_check: Option<std::time::Instant>,
+    leak_suspected: bool,
 }
 
 /// The running daemon.
@@ -163,6 +174,8 @@ impl Ipamd {
                 max_pod_ips: 0,
                 blocked: None,
                 last_pushed: None,
+                last_leak_check: None,
+                leak_suspected: false,
             }),
             reconciling: tokio::sync::Mutex::new(()),
             wake: Notify::new(),
@@ -253,8 +266,22 @@ impl Ipamd {
 
     async fn reconcile_actions(&self) -> Result<(), Ec2Error> {
         self.refresh().await?;
-        if let Err(e) = self.delete_leaked(Some(&self.node.instance_id)).await {
-            tracing::warn!("cleaning up leaked ENIs: {e}");
+        let leak_check_due = {
+            let inner = self.lock();
+            inner.leak_suspected
+                || inner
+                    .last_leak_check
+                    .is_none_or(|t| t.elapsed() >= LEAK_CHECK_EVERY)
+        };
+        if leak_check_due {
+            match self.delete_leaked(Some(&self.node.instance_id)).await {
+                Ok(()) => {
+                    let mut inner = self.lock();
+                    inner.leak_suspected = false;
+                    inner.last_leak_check = Some(std::time::Instant::now());
+                }
+                Err(e) => tracing::warn!("cleaning up leaked ENIs: {e}"),
+            }
         }
         for _ in 0..MAX_ACTIONS_PER_ROUND {
             let plan = {
@@ -327,14 +354,25 @@ impl Ipamd {
         Ok(())
     }
 
-    /// Deletes the cluster's ENIs that are attached nowhere (of `instance_id` only, if
-    /// given).
+    /// Deletes the cluster's ENIs that are attached nowhere: this instance's only, if
+    /// `instance_id` is given; else every instance's, except another instance's ENI
+    /// created less than 5 minutes ago (its daemon may be about to attach it).
     async fn delete_leaked(&self, instance_id: Option<&str>) -> Result<(), Ec2Error> {
+        let now_secs = now_ms() / 1000;
         for eni in self
             .ec2
             .leaked_enis(&self.settings.cluster, instance_id)
             .await?
         {
+            let ours = eni.tag(crate::ec2::INSTANCE_TAG) == Some(self.node.instance_id.as_str());
+            let young = eni
+                .tag(crate::ec2::CREATED_TAG)
+                .and_then(|t| t.parse::<u64>().ok())
+                .is_some_and(|created| now_secs.saturating_sub(created) < FOREIGN_LEAK_GRACE_SECS);
+            if !ours && young {
+                tracing::info!(eni = %eni.id, "an unattached ENI of another instance, created moments ago: left alone");
+                continue;
+            }
             tracing::warn!(eni = %eni.id, "deleting an unattached ENI of cluster {}", self.settings.cluster);
             self.ec2.delete_eni(&eni.id).await?;
         }
@@ -435,6 +473,7 @@ impl Ipamd {
         {
             Ok(a) => a,
             Err(e) => {
+                self.lock().leak_suspected = true;
                 if let Err(d) = self.ec2.delete_eni(&eni_id).await {
                     tracing::warn!(eni = %eni_id, "cannot delete the unattached ENI ({d}); a later round deletes it");
                 }

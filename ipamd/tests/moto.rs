@@ -230,7 +230,12 @@ async fn restart_restores_the_datastore_and_reconciles_with_ec2() {
         .send()
         .await
         .unwrap();
-    let leaked = w.leak_eni("test-cluster").await;
+    let leaked = w.leak_eni("test-cluster", None).await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let young = w.leak_eni("test-cluster", Some(now)).await;
     assert!(w
         .tagged_enis("test-cluster")
         .await
@@ -253,6 +258,13 @@ async fn restart_restores_the_datastore_and_reconciles_with_ec2() {
             .iter()
             .any(|(id, _)| *id == leaked),
         "the leaked, unattached ENI of the cluster is deleted at start"
+    );
+    assert!(
+        w.tagged_enis("test-cluster")
+            .await
+            .iter()
+            .any(|(id, _)| *id == young),
+        "another instance's ENI created moments ago is left to its daemon"
     );
     let text = std::fs::read_to_string(dir.path().join("ipamd.json")).unwrap();
     assert!(

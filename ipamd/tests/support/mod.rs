@@ -222,30 +222,37 @@ impl World {
             .collect()
     }
 
-    /// An unattached ENI with the cluster tag, as a crashed daemon would leave.
-    pub async fn leak_eni(&self, cluster: &str) -> String {
+    /// An unattached ENI with the cluster tag of another instance, as a crashed daemon
+    /// would leave (`created_at`: its creation tag, seconds since the epoch).
+    pub async fn leak_eni(&self, cluster: &str, created_at: Option<u64>) -> String {
+        let mut tags = TagSpecification::builder()
+            .resource_type(ResourceType::NetworkInterface)
+            .tags(
+                Tag::builder()
+                    .key("ferrule.io/cluster")
+                    .value(cluster)
+                    .build(),
+            )
+            .tags(
+                Tag::builder()
+                    .key("ferrule.io/instance-id")
+                    .value("i-elsewhere")
+                    .build(),
+            );
+        if let Some(at) = created_at {
+            tags = tags.tags(
+                Tag::builder()
+                    .key("ferrule.io/created-at")
+                    .value(at.to_string())
+                    .build(),
+            );
+        }
         let out = self
             .ec2
             .create_network_interface()
             .subnet_id(&self.subnet_id)
             .groups(&self.sg_id)
-            .tag_specifications(
-                TagSpecification::builder()
-                    .resource_type(ResourceType::NetworkInterface)
-                    .tags(
-                        Tag::builder()
-                            .key("ferrule.io/cluster")
-                            .value(cluster)
-                            .build(),
-                    )
-                    .tags(
-                        Tag::builder()
-                            .key("ferrule.io/instance-id")
-                            .value("i-elsewhere")
-                            .build(),
-                    )
-                    .build(),
-            )
+            .tag_specifications(tags.build())
             .send()
             .await
             .unwrap();
