@@ -147,6 +147,10 @@ pub struct IpamState {
     /// The most addresses pods can have on this node: min(N·M − N, the subnet's free
     /// addresses + those already held).
     pub max_pod_ips: u32,
+    /// Why the pool cannot grow although it is below its thresholds (`ENI limit 3
+    /// reached`, `max pod IPs 15 reached`); absent when it can.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked: Option<String>,
     pub allocations: Vec<IpamAllocation>,
     pub enis: Vec<IpamEni>,
     pub settings: IpamSettings,

@@ -25,6 +25,8 @@ fn main() -> std::process::ExitCode {
         println!("{settings:#?}");
         return std::process::ExitCode::SUCCESS;
     }
+    // Files and sockets the daemon creates are its own only.
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

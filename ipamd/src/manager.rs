@@ -695,6 +695,7 @@ impl Ipamd {
             cooling: stats.cooling,
             total: stats.total,
             max_pod_ips: inner.max_pod_ips,
+            blocked: inner.blocked.map(|b| b.to_string()),
             allocations: inner
                 .pool
                 .allocations()

@@ -111,6 +111,7 @@ async fn warm_eni_target_fills_limits_and_shrinks_after_cooling() {
         err,
         "no free IP: 0 available, 0 cooling, ENI limit 3 reached"
     );
+    assert_eq!(ipamd.show().blocked.as_deref(), Some("ENI limit 3 reached"));
     assert_consistent(&ipamd, &w).await;
 
     // Released addresses cool: not reused, ENIs not freed.
