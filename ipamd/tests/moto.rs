@@ -151,7 +151,16 @@ async fn warm_eni_target_fills_limits_and_shrinks_after_cooling() {
     );
     let state = ipamd.show();
     assert_eq!((state.total, state.available), (5, 5));
-    let calls = ipamd.metrics().encode();
+    let m = ipamd.metrics();
+    for op in [
+        "CreateNetworkInterface",
+        "AttachNetworkInterface",
+        "ModifyNetworkInterfaceAttribute",
+        "DetachNetworkInterface",
+    ] {
+        assert_eq!(m.ec2_calls_of(op, "ok"), 2, "{op}");
+    }
+    let calls = m.encode();
     assert!(
         calls.contains(
             r#"ferrule_ipamd_ec2_calls_total{operation="DeleteNetworkInterface",outcome="ok"} 2"#
