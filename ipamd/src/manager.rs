@@ -448,13 +448,19 @@ impl Ipamd {
 
     async fn attach_new_eni(&self, ips: u32) -> Result<(), Ec2Error> {
         // Device indexes in use, attaching ENIs included.
-        let used: Vec<u32> = self
-            .ec2
-            .instance_enis(&self.node.instance_id)
-            .await?
-            .iter()
-            .filter_map(|d| d.device_index)
-            .collect();
+        let current = self.ec2.instance_enis(&self.node.instance_id).await?;
+        if let Some(busy) = current.iter().find(|d| {
+            matches!(
+                d.attachment_status.as_deref(),
+                Some("attaching" | "detaching")
+            )
+        }) {
+            // Its addresses are not in the pool yet (or any more): another ENI now could
+            // be one too many. The next round sees it settled.
+            tracing::info!(eni = %busy.id, "an ENI is still attaching or detaching: not adding one now");
+            return Ok(());
+        }
+        let used: Vec<u32> = current.iter().filter_map(|d| d.device_index).collect();
         let index = (1..).find(|i| !used.contains(i)).unwrap_or(1);
         let eni_id = self
             .ec2

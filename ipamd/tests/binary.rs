@@ -236,6 +236,21 @@ async fn the_binary_serves_the_ipam_socket_introspection_and_metrics() {
         (0, "10.0.0.1")
     );
     assert!(primary.port.is_none());
+
+    // SIGTERM: a clean exit that removes the socket.
+    let mut daemon = _daemon;
+    let pid = rustix::process::Pid::from_child(&daemon.0);
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = daemon.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "no exit within 10 s of SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status}");
+    assert!(!socket.exists(), "the socket is removed on exit");
 }
 
 #[test]

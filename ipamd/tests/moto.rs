@@ -366,3 +366,60 @@ async fn ec2_faults_are_retried_counted_and_leave_the_pool_consistent() {
     assert_eq!(ipamd.show().total, 10);
     assert_consistent(&ipamd, &w).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_come_and_go_while_the_loop_runs() {
+    let moto = Moto::start();
+    let w = world(&moto).await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = settings(
+        &w,
+        &moto.endpoint(),
+        dir.path(),
+        &["--cooling", "300ms", "--reconcile-interval", "100ms"],
+    );
+    let ipamd = start(s).await;
+    let looping = tokio::spawn(ipamd.clone().run());
+
+    // Four workers add and delete pods against the running loop for about 3 s.
+    let mut workers = Vec::new();
+    for worker in 0..4u32 {
+        let ipamd = ipamd.clone();
+        workers.push(tokio::spawn(async move {
+            let mut held = Vec::new();
+            for round in 0..30u32 {
+                let n = worker * 1000 + round;
+                if ipamd.add(&pod(n)).is_ok() {
+                    held.push(n);
+                }
+                if held.len() > 2 {
+                    let gone = held.remove(0);
+                    assert!(ipamd.del(&unpod(gone)).unwrap().is_some());
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            held
+        }));
+    }
+    let mut held = Vec::new();
+    for w in workers {
+        held.extend(w.await.expect("a worker panicked"));
+    }
+    assert!(!looping.is_finished(), "the loop never exits");
+
+    // Quiet now: the loop settles; every held pod has its own address on the node.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let _round = ipamd.reconcile_once().await;
+    let state = ipamd.show();
+    assert_eq!(state.allocated as usize, held.len(), "{state:#?}");
+    let mut ips: Vec<_> = state.allocations.iter().map(|a| a.ip.clone()).collect();
+    ips.sort();
+    ips.dedup();
+    assert_eq!(ips.len(), held.len(), "no address given twice");
+    assert!(
+        state.available >= 5,
+        "a full ENI of warm addresses again: {state:#?}"
+    );
+    assert_consistent(&ipamd, &w).await;
+    looping.abort();
+}
