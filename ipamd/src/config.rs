@@ -71,7 +71,8 @@ EXIT STATUS:
 #[command(name = "ferrule-ipamd", version, about = ABOUT, long_about = LONG_ABOUT, after_long_help = AFTER_HELP)]
 pub struct Args {
     /// Cluster name: ENIs the daemon creates are tagged ferrule.io/cluster=NAME, and
-    /// available ENIs with that tag are deleted at start.
+    /// available (unattached) ENIs with that tag are deleted at start (another
+    /// instance's only once 5 minutes old).
     #[arg(
         long,
         env = "FERRULE_CLUSTER",
