@@ -558,6 +558,9 @@ mod tests {
                 icmp_errors: 0,
                 punts: 0,
                 handoffs: 0,
+                switched: 0,
+                flooded: 0,
+                flood_copies: 0,
                 drops: 20,
                 drop_reasons: vec![DropCount {
                     reason: "tx-full".to_string(),
