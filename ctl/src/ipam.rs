@@ -67,15 +67,9 @@ pub struct IpamShowArgs {
 
 /// Runs an `ipam` subcommand.
 pub fn run(ctx: &mut Ctx<'_>, command: &IpamCommand) -> Result<(), CtlError> {
-    let (socket, render): (&PathBuf, Box<dyn Fn(&IpamState) -> String>) = match command {
-        IpamCommand::Show(a) => {
-            let verbose = a.verbose;
-            (
-                &a.ipamd.ipamd_socket,
-                Box::new(move |s| render_show(s, verbose)),
-            )
-        }
-        IpamCommand::Pods(a) => (&a.ipamd_socket, Box::new(render_pods)),
+    let (socket, verbose, pods) = match command {
+        IpamCommand::Show(a) => (&a.ipamd.ipamd_socket, a.verbose, false),
+        IpamCommand::Pods(a) => (&a.ipamd_socket, false, true),
     };
     let mut client = Client::connect(socket)?;
     client.set_read_timeout(ctx.timeout)?;
@@ -84,7 +78,11 @@ pub fn run(ctx: &mut Ctx<'_>, command: &IpamCommand) -> Result<(), CtlError> {
         return ctx.print_json(&value);
     }
     let state: IpamState = client.call_typed(ipam_method::SHOW, Value::Null)?;
-    ctx.print(&render(&state))
+    ctx.print(&if pods {
+        render_pods(&state)
+    } else {
+        render_show(&state, verbose)
+    })
 }
 
 fn count(ips: &[ferrule_api::ipam::IpamIp], state: IpState) -> usize {
