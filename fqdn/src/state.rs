@@ -518,3 +518,6 @@ impl FqdnState {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests;
