@@ -2,12 +2,12 @@
 //! owner (a DNS name of the name manager, the CIDR policy), and the resolution of a
 //! prefix to its complete label set by down-propagation.
 //!
-//! The rule (the CFP's "labels flow downwards"): the labels of a prefix are the union of
+//! The rule (issue 22's design: labels flow down): the labels of a prefix are the union of
 //! the labels every owner gave to it and to every shorter prefix that contains it, plus
 //! `reserved:world` (the root's label: everything outside the cluster); then, among the
-//! `cidr:` labels, only the longest prefix's is kept ("when generating the set of labels
-//! for a prefix, we should discard any intermediate CIDR labels, keeping only the longest
-//! prefix"). Addresses of no prefix here are plain world.
+//! `cidr:` labels, only the longest prefix's is kept: the CIDR selectors match every
+//! `cidr:` label inside their prefix (`selector::CidrSelector`), so the shorter ones add
+//! nothing but identities. Addresses of no prefix here are plain world.
 
 use std::collections::BTreeMap;
 use std::fmt;

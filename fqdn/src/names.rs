@@ -3,10 +3,10 @@
 //! the garbage collection that forgets an address once it has expired and no tracked
 //! connection uses it.
 //!
-//! Each name is the owner of the ipcache labels its addresses get (the CFP's
-//! `daemon/fqdn-name-manager/<name>`): which labels is the façade's business (the
-//! selectors that select the name); this cache only says which (name, address) pairs
-//! appear and disappear.
+//! Each name owns the ipcache labels its addresses get (`ipcache::Owner::Name`), so two
+//! names answering one address label it independently. Which labels is the façade's
+//! business (those of the selectors that select the name); this cache only says which
+//! (name, address) pairs appear and disappear.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;

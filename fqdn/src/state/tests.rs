@@ -1,4 +1,4 @@
-//! Tests of the façade: the CFP's examples end to end, the circuit breaker, GC and
+//! Tests of the façade: issue 22's design examples end to end, the circuit breaker, GC and
 //! restarts.
 
 use super::*;
