@@ -91,6 +91,10 @@ impl Batch {
     }
 }
 
+/// The identity a label set needs could not be had: past the breaker's limit, or the
+/// local range is used up.
+struct NoIdentity;
+
 /// The host prefix of an address.
 fn host(ip: IpAddr) -> IpNet {
     IpNet::from(ip)
@@ -148,6 +152,9 @@ pub struct FqdnState {
     /// What the dataplane's IP → identity map holds.
     ip_identity: BTreeMap<IpNet, Identity>,
     counters: Counters,
+    /// Checkpointed identities `restore` skipped (outside the local range, or repeating
+    /// a number or a label set).
+    restore_skipped: usize,
 }
 
 impl FqdnState {
@@ -167,6 +174,7 @@ impl FqdnState {
             selector_cache: SelectorCache::new(),
             ip_identity: BTreeMap::new(),
             counters: Counters::default(),
+            restore_skipped: 0,
         }
     }
 
@@ -183,15 +191,20 @@ impl FqdnState {
 
     /// Takes a reference on the identity of `labels`. With `limited` (the DNS answer
     /// path), refuses a new identity with an `fqdn:` label past the limit.
-    fn take(&mut self, labels: &LabelSet, b: &mut Batch, limited: bool) -> Result<Identity, ()> {
+    fn take(
+        &mut self,
+        labels: &LabelSet,
+        b: &mut Batch,
+        limited: bool,
+    ) -> Result<Identity, NoIdentity> {
         if limited
             && self.identities.lookup(labels).is_none()
             && labels.has_source(Source::Fqdn)
             && self.identities.fqdn_count() >= self.config.limits.max_fqdn_identities
         {
-            return Err(());
+            return Err(NoIdentity);
         }
-        let (id, new) = self.identities.allocate(labels).map_err(|_| ())?;
+        let (id, new) = self.identities.allocate(labels).map_err(|_| NoIdentity)?;
         if new {
             b.changes.identities_removed.remove(&id);
             b.changes.identities_added.insert(id, labels.clone());
@@ -212,7 +225,7 @@ impl FqdnState {
 
     /// Brings one prefix's identity in line with its resolved labels. On `Err` nothing
     /// changed.
-    fn sync(&mut self, p: IpNet, b: &mut Batch, limited: bool) -> Result<(), ()> {
+    fn sync(&mut self, p: IpNet, b: &mut Batch, limited: bool) -> Result<(), NoIdentity> {
         let old = self.ip_identity.get(&p).copied();
         if !self.ipcache.contains(&p) {
             if let Some(old) = self.ip_identity.remove(&p) {
@@ -424,8 +437,15 @@ impl FqdnState {
     /// call `finish_restore`.
     pub fn restore(config: FqdnConfig, path: &Path) -> Result<FqdnState, CheckpointError> {
         let cp = Checkpoint::load(path)?;
-        let (identities, _skipped) = Allocator::restore(&cp.identities);
-        Ok(FqdnState::with_parts(config, cp.names, identities))
+        let (identities, skipped) = Allocator::restore(&cp.identities);
+        let mut state = FqdnState::with_parts(config, cp.names, identities);
+        state.restore_skipped = skipped;
+        Ok(state)
+    }
+
+    /// How many checkpointed identities `restore` skipped as invalid.
+    pub fn restore_skipped(&self) -> usize {
+        self.restore_skipped
     }
 
     /// Frees the restored identity numbers no label set claimed; returns how many.

@@ -382,6 +382,7 @@ fn restart_keeps_identities_stable() {
     }
     assert_eq!(b.cache_view().len(), 2);
     assert_eq!(b.finish_restore(), 0, "every restored identity was claimed");
+    assert_eq!(b.restore_skipped(), 0);
 }
 
 #[test]
@@ -417,4 +418,29 @@ fn views_serialize() {
     let ch = serde_json::to_value(st.on_dns_answer("b.example.com", &[(ip("192.0.2.9"), 30)], 100))
         .unwrap();
     assert_eq!(ch["upserts"]["192.0.2.9/32"], 1 << 24);
+}
+
+#[test]
+fn an_unclaimed_restored_identity_keeps_its_number_until_finish_restore() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fqdn.json");
+    let mut a = FqdnState::new(FqdnConfig::default());
+    let ch = a.apply_policy_selectors([name("x.com")]);
+    let x = *ch.identities_added.keys().next().unwrap();
+    a.checkpoint(&path).unwrap();
+    // The file on disk is the one `restore` reads, and it says what it holds.
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(
+        json["identities"]["identities"][0]["labels"],
+        serde_json::json!(["fqdn:x.com", "reserved:world"])
+    );
+
+    let mut b = FqdnState::restore(FqdnConfig::default(), &path).unwrap();
+    let ch = b.apply_policy_selectors([name("y.com")]);
+    let y = *ch.identities_added.keys().next().unwrap();
+    assert_ne!(y, x, "a reserved number is not given to another label set");
+    assert_eq!(b.finish_restore(), 1);
+    // Claimed later, the label set gets a fresh number.
+    let ch = b.apply_policy_selectors([name("y.com"), name("x.com")]);
+    assert!(ch.identities_added.keys().all(|id| *id != x && *id != y));
 }
