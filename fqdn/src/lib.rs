@@ -20,6 +20,28 @@
 //!   `ferrulectl fqdn cache|identities|selectors`. Each call returns `Changes`.
 //!
 //! The design and how an answer flows through these pieces: `docs/fqdn.md`.
+//!
+//! ```
+//! use ferrule_fqdn::{FqdnConfig, FqdnSelector, FqdnState, Identity, Selector};
+//!
+//! let mut state = FqdnState::new(FqdnConfig::default());
+//! let s3 = Selector::Fqdn(FqdnSelector::match_pattern("*.amazonaws.com").unwrap());
+//! // The policies' selectors: the rules get the selector's identity set.
+//! let changes = state.apply_policy_selectors([s3.clone()]);
+//! let id = *changes.selectors[&s3].iter().next().unwrap();
+//!
+//! // A DNS answer the proxy parsed (`dns::parse_response`), at `now` = 1000 s.
+//! let ip = "192.0.2.7".parse().unwrap();
+//! let changes = state.on_dns_answer("s3.amazonaws.com.", &[(ip, 5)], 1000);
+//! assert!(!changes.touches_rules()); // only the IP → identity map changes
+//! assert_eq!(changes.upserts.values().copied().collect::<Vec<_>>(), vec![id]);
+//! assert_eq!(state.lookup(ip), id);
+//!
+//! // Expired (TTL raised to the minimum) and no connection uses it: forgotten.
+//! let changes = state.gc(1000 + 3600, &|_| false);
+//! assert_eq!(changes.deletes.len(), 1);
+//! assert_eq!(state.lookup(ip), Identity::WORLD);
+//! ```
 
 pub mod checkpoint;
 pub mod dns;
