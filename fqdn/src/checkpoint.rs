@@ -105,7 +105,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("fqdn.json");
         let mut names = NameCache::new();
-        names.learn("a.com", &[("192.0.2.1".parse().unwrap(), 30)], 100, 0, 10);
+        names.learn(
+            "a.com",
+            Some("ns/pod"),
+            &[("192.0.2.1".parse().unwrap(), 30)],
+            100,
+            0,
+            10,
+        );
         let mut alloc = Allocator::new();
         alloc
             .allocate(&"fqdn:a.com,reserved:world".parse().unwrap())

@@ -15,8 +15,9 @@
 //! - [`limits`]: the circuit breaker's `Limits`, `Counters` and `Refusal`s.
 //! - [`checkpoint`]: the checkpoint file (atomic JSON).
 //! - [`dns`]: `parse_response`, `parse_query`, `refused_response` (hickory-proto).
-//! - [`state`]: `FqdnState`, the façade: `apply_policy_selectors`, `on_dns_answer`,
-//!   `gc`, `checkpoint`/`restore`/`finish_restore`, `lookup`, and the views behind
+//! - [`state`]: `FqdnState`, the façade: `apply_policy_selectors`, `on_dns_answer`
+//!   (`on_dns_answer_for` an endpoint, `endpoint_removed`), `gc`,
+//!   `checkpoint`/`restore`/`finish_restore`, `lookup`, and the views behind
 //!   `ferrulectl fqdn cache|identities|selectors`. Each call returns `Changes`.
 //!
 //! The design and how an answer flows through these pieces: `docs/fqdn.md`.

@@ -1,14 +1,16 @@
 //! The name manager's DNS cache: each name → the addresses its answers gave, each with its
-//! expiry (the answer's TTL raised to the minimum TTL), the per-name address limit, and
-//! the garbage collection that forgets an address once it has expired and no tracked
-//! connection uses it.
+//! expiry (the answer's TTL raised to the minimum TTL), and the endpoints (pods,
+//! `namespace/name`) that looked the name up; the per-name address limit; and the
+//! garbage collection that forgets an address once it has expired and no tracked
+//! connection uses it. When every endpoint that looked a name up is gone, the name's
+//! addresses expire at once.
 //!
 //! Each name owns the ipcache labels its addresses get (`ipcache::Owner::Name`), so two
 //! names answering one address label it independently. Which labels is the façade's
 //! business (those of the selectors that select the name); this cache only says which
 //! (name, address) pairs appear and disappear.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
@@ -39,10 +41,19 @@ pub struct Learned {
     pub refused: Vec<IpAddr>,
 }
 
+/// One name's addresses and who asked.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NameEntry {
+    pub ips: BTreeMap<IpAddr, IpEntry>,
+    /// The endpoints whose lookups gave these addresses (none: node-wide lookups only).
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub endpoints: BTreeSet<String>,
+}
+
 /// The DNS cache of the name manager.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NameCache {
-    names: BTreeMap<String, BTreeMap<IpAddr, IpEntry>>,
+    names: BTreeMap<String, NameEntry>,
 }
 
 impl NameCache {
@@ -50,7 +61,8 @@ impl NameCache {
         NameCache::default()
     }
 
-    /// Records an answer for `name` (canonical form). Each TTL is raised to `min_ttl`.
+    /// Records an answer for `name` (canonical form) to `endpoint`'s lookup (`None`: a
+    /// lookup of no particular endpoint). Each TTL is raised to `min_ttl`.
     /// At most `max_ips` addresses are kept for a name: past it, the name's addresses
     /// that expire soonest (not those of this answer) are evicted first; if the answer
     /// alone has more than `max_ips` addresses, its first `max_ips` are kept and the
@@ -58,13 +70,18 @@ impl NameCache {
     pub fn learn(
         &mut self,
         name: &str,
+        endpoint: Option<&str>,
         records: &[(IpAddr, u32)],
         now: Timestamp,
         min_ttl: u32,
         max_ips: usize,
     ) -> Learned {
         let mut learned = Learned::default();
-        let entries = self.names.entry(name.to_string()).or_default();
+        let entry = self.names.entry(name.to_string()).or_default();
+        if let Some(ep) = endpoint {
+            entry.endpoints.insert(ep.to_string());
+        }
+        let entries = &mut entry.ips;
         let mut in_answer: Vec<IpAddr> = Vec::new();
         for &(ip, ttl) in records {
             if in_answer.contains(&ip) {
@@ -113,13 +130,29 @@ impl NameCache {
         learned
     }
 
+    /// An endpoint is gone: it no longer counts as having looked any name up. The
+    /// addresses of a name no remaining endpoint looked up expire at `now` (the next
+    /// `gc` forgets those no connection uses). Returns those names.
+    pub fn endpoint_gone(&mut self, endpoint: &str, now: Timestamp) -> Vec<String> {
+        let mut expired = Vec::new();
+        for (name, entry) in &mut self.names {
+            if entry.endpoints.remove(endpoint) && entry.endpoints.is_empty() {
+                for e in entry.ips.values_mut() {
+                    e.expires = e.expires.min(now);
+                }
+                expired.push(name.clone());
+            }
+        }
+        expired
+    }
+
     /// Forgets one (name, address) pair (an answer the circuit breaker refused).
     pub fn forget(&mut self, name: &str, ip: IpAddr) -> bool {
-        let Some(entries) = self.names.get_mut(name) else {
+        let Some(entry) = self.names.get_mut(name) else {
             return false;
         };
-        let removed = entries.remove(&ip).is_some();
-        if entries.is_empty() {
+        let removed = entry.ips.remove(&ip).is_some();
+        if entry.ips.is_empty() {
             self.names.remove(name);
         }
         removed
@@ -130,27 +163,30 @@ impl NameCache {
     /// forgotten; a name left without addresses is forgotten too.
     pub fn gc(&mut self, now: Timestamp, in_use: &dyn Fn(IpAddr) -> bool) -> Vec<(String, IpAddr)> {
         let mut gone = Vec::new();
-        self.names.retain(|name, entries| {
-            entries.retain(|ip, e| {
+        self.names.retain(|name, entry| {
+            entry.ips.retain(|ip, e| {
                 let keep = e.expires > now || in_use(*ip);
                 if !keep {
                     gone.push((name.clone(), *ip));
                 }
                 keep
             });
-            !entries.is_empty()
+            !entry.ips.is_empty()
         });
         gone
     }
 
     /// The addresses of a name.
     pub fn ips(&self, name: &str) -> impl Iterator<Item = &IpEntry> {
-        self.names.get(name).into_iter().flat_map(|m| m.values())
+        self.names
+            .get(name)
+            .into_iter()
+            .flat_map(|m| m.ips.values())
     }
 
-    /// Every name with its addresses, in name order.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, impl Iterator<Item = &IpEntry>)> {
-        self.names.iter().map(|(n, m)| (n.as_str(), m.values()))
+    /// Every name with its entry, in name order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &NameEntry)> {
+        self.names.iter().map(|(n, e)| (n.as_str(), e))
     }
 
     pub fn len(&self) -> usize {
@@ -175,6 +211,7 @@ mod tests {
         let mut c = NameCache::new();
         let l = c.learn(
             "a.com",
+            None,
             &[
                 (ip("192.0.2.1"), 5),
                 (ip("192.0.2.2"), 600),
@@ -187,12 +224,12 @@ mod tests {
         assert_eq!(l.added, vec![ip("192.0.2.1"), ip("192.0.2.2")]);
         let exp: Vec<_> = c.ips("a.com").map(|e| (e.ip, e.expires)).collect();
         assert_eq!(exp, vec![(ip("192.0.2.1"), 1060), (ip("192.0.2.2"), 1600)]);
-        let l = c.learn("a.com", &[(ip("192.0.2.1"), 100)], 1010, 60, 10);
+        let l = c.learn("a.com", None, &[(ip("192.0.2.1"), 100)], 1010, 60, 10);
         assert_eq!(l.refreshed, vec![ip("192.0.2.1")]);
         assert!(l.added.is_empty());
         assert_eq!(c.ips("a.com").next().unwrap().expires, 1110);
         // A shorter TTL never pulls an expiry in.
-        c.learn("a.com", &[(ip("192.0.2.2"), 1)], 1020, 0, 10);
+        c.learn("a.com", None, &[(ip("192.0.2.2"), 1)], 1020, 0, 10);
         assert_eq!(c.ips("a.com").nth(1).unwrap().expires, 1600);
     }
 
@@ -201,6 +238,7 @@ mod tests {
         let mut c = NameCache::new();
         c.learn(
             "a.com",
+            None,
             &[
                 (ip("192.0.2.1"), 10),
                 (ip("192.0.2.2"), 10),
@@ -210,7 +248,7 @@ mod tests {
             0,
             10,
         );
-        c.learn("b.com", &[(ip("192.0.2.1"), 10)], 0, 0, 10);
+        c.learn("b.com", None, &[(ip("192.0.2.1"), 10)], 0, 0, 10);
         assert!(c.gc(9, &|_| false).is_empty());
         let busy = ip("192.0.2.2");
         let gone = c.gc(10, &|i| i == busy);
@@ -232,6 +270,7 @@ mod tests {
         let mut c = NameCache::new();
         c.learn(
             "s3.com",
+            None,
             &[
                 (ip("10.0.0.1"), 50),
                 (ip("10.0.0.2"), 10),
@@ -243,6 +282,7 @@ mod tests {
         );
         let l = c.learn(
             "s3.com",
+            None,
             &[(ip("10.0.0.4"), 5), (ip("10.0.0.5"), 5)],
             1,
             0,
@@ -253,6 +293,7 @@ mod tests {
         assert_eq!(c.ips("s3.com").count(), 3);
         let l = c.learn(
             "s3.com",
+            None,
             &[
                 (ip("10.0.1.1"), 5),
                 (ip("10.0.1.2"), 5),
@@ -272,9 +313,32 @@ mod tests {
     #[test]
     fn forget_removes_one_pair() {
         let mut c = NameCache::new();
-        c.learn("a.com", &[(ip("192.0.2.1"), 10)], 0, 0, 10);
+        c.learn("a.com", None, &[(ip("192.0.2.1"), 10)], 0, 0, 10);
         assert!(c.forget("a.com", ip("192.0.2.1")));
         assert!(!c.forget("a.com", ip("192.0.2.1")));
         assert!(c.is_empty());
+    }
+
+    #[test]
+    fn addresses_expire_when_every_asker_is_gone() {
+        let mut c = NameCache::new();
+        c.learn("a.com", Some("ns/p1"), &[(ip("192.0.2.1"), 600)], 0, 0, 10);
+        c.learn("a.com", Some("ns/p2"), &[(ip("192.0.2.2"), 600)], 0, 0, 10);
+        c.learn("b.com", None, &[(ip("192.0.2.3"), 600)], 0, 0, 10);
+        assert!(
+            c.endpoint_gone("ns/p1", 10).is_empty(),
+            "p2 still asked a.com"
+        );
+        assert!(c.gc(10, &|_| false).is_empty());
+        assert_eq!(c.endpoint_gone("ns/p2", 20), vec!["a.com".to_string()]);
+        let busy = ip("192.0.2.2");
+        let gone = c.gc(20, &|i| i == busy);
+        assert_eq!(gone, vec![("a.com".to_string(), ip("192.0.2.1"))]);
+        assert!(c.endpoint_gone("ns/p3", 20).is_empty());
+        assert_eq!(
+            c.ips("b.com").count(),
+            1,
+            "node-wide lookups are not expired"
+        );
     }
 }

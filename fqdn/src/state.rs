@@ -115,6 +115,8 @@ pub struct CachedName {
     pub name: String,
     /// The `fqdn:` labels the name gives its addresses.
     pub labels: LabelSet,
+    /// The endpoints that looked the name up.
+    pub endpoints: Vec<String>,
     pub ips: Vec<CachedIp>,
 }
 
@@ -344,11 +346,41 @@ impl FqdnState {
         records: &[(IpAddr, u32)],
         now: Timestamp,
     ) -> Changes {
+        self.answer(None, name, records, now)
+    }
+
+    /// `on_dns_answer` for the lookup of one endpoint (a pod, `namespace/name`): the
+    /// name is kept while some endpoint that looked it up remains (`endpoint_removed`).
+    pub fn on_dns_answer_for(
+        &mut self,
+        endpoint: &str,
+        name: &str,
+        records: &[(IpAddr, u32)],
+        now: Timestamp,
+    ) -> Changes {
+        self.answer(Some(endpoint), name, records, now)
+    }
+
+    /// An endpoint is gone: the addresses of the names no remaining endpoint looked up
+    /// expire at `now`, and the next `gc` forgets those no connection uses. Returns
+    /// those names.
+    pub fn endpoint_removed(&mut self, endpoint: &str, now: Timestamp) -> Vec<String> {
+        self.names.endpoint_gone(endpoint, now)
+    }
+
+    fn answer(
+        &mut self,
+        endpoint: Option<&str>,
+        name: &str,
+        records: &[(IpAddr, u32)],
+        now: Timestamp,
+    ) -> Changes {
         let name = normalize_name(name);
         let mut b = Batch::default();
         let limits = self.config.limits;
         let learned = self.names.learn(
             &name,
+            endpoint,
             records,
             now,
             self.config.min_ttl,
@@ -496,10 +528,13 @@ impl FqdnState {
     pub fn cache_view(&self) -> Vec<CachedName> {
         self.names
             .iter()
-            .map(|(name, ips)| CachedName {
+            .map(|(name, entry)| CachedName {
                 name: name.to_string(),
                 labels: self.name_labels.get(name).cloned().unwrap_or_default(),
-                ips: ips
+                endpoints: entry.endpoints.iter().cloned().collect(),
+                ips: entry
+                    .ips
+                    .values()
                     .map(|e| CachedIp {
                         ip: e.ip,
                         expires: e.expires,

@@ -444,3 +444,20 @@ fn an_unclaimed_restored_identity_keeps_its_number_until_finish_restore() {
     let ch = b.apply_policy_selectors([name("y.com"), name("x.com")]);
     assert!(ch.identities_added.keys().all(|id| *id != x && *id != y));
 }
+
+#[test]
+fn a_removed_endpoint_lets_its_names_go() {
+    let mut st = FqdnState::new(FqdnConfig::default());
+    st.apply_policy_selectors([pattern("*.example.com")]);
+    st.on_dns_answer_for("ns/a", "x.example.com", &[(ip("192.0.2.1"), 600)], 0);
+    st.on_dns_answer_for("ns/b", "y.example.com", &[(ip("192.0.2.2"), 600)], 0);
+    assert_eq!(st.cache_view()[0].endpoints, vec!["ns/a".to_string()]);
+    assert_eq!(
+        st.endpoint_removed("ns/a", 10),
+        vec!["x.example.com".to_string()]
+    );
+    let ch = st.gc(10, &|_| false);
+    assert_eq!(ch.deletes, BTreeSet::from([net("192.0.2.1/32")]));
+    assert_eq!(st.lookup(ip("192.0.2.1")), Identity::WORLD);
+    assert_ne!(st.lookup(ip("192.0.2.2")), Identity::WORLD);
+}
