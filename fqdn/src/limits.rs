@@ -5,9 +5,13 @@
 //! to make room for the newest answer (which is what the pod is about to use), and an
 //! answer that alone has more is cut to its first `max_ips_per_name`; past
 //! `max_fqdn_identities`, an address whose label set would need a new identity is not
-//! learned (it stays unallowed). Each is counted and returned as a `Refusal`.
+//! learned (it stays unallowed); should the local identity range be used up, a prefix
+//! that needs a new identity leaves the IP → identity map (world: denied). Each is
+//! counted and returned as a `Refusal`.
 
 use std::net::IpAddr;
+
+use ipnet::IpNet;
 
 use serde::{Deserialize, Serialize};
 
@@ -36,7 +40,8 @@ pub struct Counters {
     pub ips_evicted_over_limit: u64,
     /// Addresses of an answer beyond `max_ips_per_name`, not learned.
     pub ips_refused_over_limit: u64,
-    /// Addresses not learned because their label set would pass `max_fqdn_identities`.
+    /// Addresses not learned because their label set would pass `max_fqdn_identities`
+    /// (or the local range is used up), and prefixes dropped for want of an identity.
     pub identities_refused: u64,
 }
 
@@ -54,6 +59,9 @@ pub enum Refusal {
         ip: IpAddr,
         labels: String,
     },
+    /// A policy change needed a new identity for this prefix and the local range is used
+    /// up: the prefix left the IP → identity map (its addresses are world).
+    IdentitiesExhausted { prefix: IpNet, labels: String },
 }
 
 impl Counters {
@@ -62,7 +70,9 @@ impl Counters {
         match r {
             Refusal::IpEvicted { .. } => self.ips_evicted_over_limit += 1,
             Refusal::IpsPerName { .. } => self.ips_refused_over_limit += 1,
-            Refusal::IdentityLimit { .. } => self.identities_refused += 1,
+            Refusal::IdentityLimit { .. } | Refusal::IdentitiesExhausted { .. } => {
+                self.identities_refused += 1
+            }
         }
     }
 }

@@ -164,6 +164,12 @@ impl FqdnState {
         FqdnState::with_parts(config, NameCache::new(), Allocator::new())
     }
 
+    /// A state drawing identities from a smaller range (tests of exhaustion).
+    #[cfg(test)]
+    fn with_identity_range(config: FqdnConfig, min: Identity, max: Identity) -> FqdnState {
+        FqdnState::with_parts(config, NameCache::new(), Allocator::with_range(min, max))
+    }
+
     fn with_parts(config: FqdnConfig, names: NameCache, identities: Allocator) -> FqdnState {
         FqdnState {
             config,
@@ -249,6 +255,21 @@ impl FqdnState {
         Ok(())
     }
 
+    /// `sync` outside the DNS answer path. Should the local range be used up, the prefix
+    /// leaves the map (its addresses fall back to world: denied, not wrongly allowed)
+    /// and the refusal is counted.
+    fn sync_or_drop(&mut self, p: IpNet, b: &mut Batch) {
+        if self.sync(p, b, false).is_ok() {
+            return;
+        }
+        let labels = self.ipcache.resolve(p).to_string();
+        if let Some(old) = self.ip_identity.remove(&p) {
+            b.delete(p);
+            self.drop_ref(old, b);
+        }
+        self.refuse(b, Refusal::IdentitiesExhausted { prefix: p, labels });
+    }
+
     fn finish(&self, mut b: Batch) -> Changes {
         for s in b.touched {
             if let Some(set) = self.selector_cache.selected(&s) {
@@ -323,8 +344,7 @@ impl FqdnState {
             }
         }
         for p in affected {
-            // Unlimited: cannot fail short of an exhausted range, which leaves p as it was.
-            let _ = self.sync(p, &mut b, false);
+            self.sync_or_drop(p, &mut b);
         }
 
         for s in old.difference(&new) {
@@ -406,7 +426,7 @@ impl FqdnState {
             );
             let affected = self.ipcache.remove(host(ip), &owner);
             for p in affected {
-                let _ = self.sync(p, &mut b, false);
+                self.sync_or_drop(p, &mut b);
             }
         }
         let labels = self.labels_for(&name);
@@ -444,7 +464,7 @@ impl FqdnState {
         for (name, ip) in self.names.gc(now, in_use) {
             let affected = self.ipcache.remove(host(ip), &Owner::Name(name.clone()));
             for p in affected {
-                let _ = self.sync(p, &mut b, false);
+                self.sync_or_drop(p, &mut b);
             }
             if self.names.ips(&name).next().is_none() {
                 self.name_labels.remove(&name);

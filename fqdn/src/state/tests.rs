@@ -461,3 +461,42 @@ fn a_removed_endpoint_lets_its_names_go() {
     assert_eq!(st.lookup(ip("192.0.2.1")), Identity::WORLD);
     assert_ne!(st.lookup(ip("192.0.2.2")), Identity::WORLD);
 }
+
+#[test]
+fn an_exhausted_identity_range_fails_closed() {
+    let cfg = FqdnConfig::default();
+    let mut st = FqdnState::with_identity_range(cfg, Identity(100), Identity(102));
+    st.apply_policy_selectors([name("a.com"), name("b.com")]);
+    st.on_dns_answer("a.com", &[(ip("10.0.0.1"), 60)], 0);
+    st.on_dns_answer("a.com", &[(ip("10.0.1.1"), 60)], 0);
+    // {a.com,b.com}: the third and last number.
+    assert!(st
+        .on_dns_answer("b.com", &[(ip("10.0.0.1"), 60)], 0)
+        .refused
+        .is_empty());
+    // An address whose label set has an identity still passes.
+    let ch = st.on_dns_answer("a.com", &[(ip("10.0.0.2"), 60)], 0);
+    assert!(ch.refused.is_empty(), "{ch:?}");
+    // c.com's selector got no identity up front; its first address needs one: refused.
+    st.apply_policy_selectors([name("a.com"), name("b.com"), name("c.com")]);
+    let ch = st.on_dns_answer("c.com", &[(ip("10.0.0.9"), 60)], 0);
+    assert!(
+        matches!(&ch.refused[..], [Refusal::IdentityLimit { .. }]),
+        "{ch:?}"
+    );
+    assert_eq!(st.lookup(ip("10.0.0.9")), Identity::WORLD);
+    // A CIDR selector over 10.0.1.0/24 needs two new label sets: none can be had, so
+    // its prefixes leave the map instead of keeping a stale identity.
+    let ch = st.apply_policy_selectors([
+        name("a.com"),
+        name("b.com"),
+        name("c.com"),
+        cidr("10.0.1.0/24"),
+    ]);
+    assert_eq!(ch.refused.len(), 2, "{ch:?}");
+    assert!(ch.deletes.contains(&net("10.0.1.1/32")));
+    assert_eq!(st.lookup(ip("10.0.1.1")), Identity::WORLD);
+    assert_eq!(st.lookup(ip("10.0.1.9")), Identity::WORLD);
+    assert_eq!(st.counters().identities_refused, 3);
+    assert_ne!(st.lookup(ip("10.0.0.1")), Identity::WORLD);
+}
