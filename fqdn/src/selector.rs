@@ -391,4 +391,39 @@ mod tests {
         assert_eq!(s24.to_string(), "cidr:52.58.254.0/24");
         assert_eq!(f.to_string(), "fqdn:*.cilium.io");
     }
+
+    /// The obvious recursive model of one label's match.
+    fn model(p: &[u8], l: &[u8]) -> bool {
+        match p.split_first() {
+            None => l.is_empty(),
+            Some((b'*', rest)) => {
+                model(rest, l) || (!l.is_empty() && is_dns_char(l[0] as char) && model(p, &l[1..]))
+            }
+            Some((c, rest)) => l.first() == Some(c) && model(rest, &l[1..]),
+        }
+    }
+
+    #[test]
+    fn label_matching_agrees_with_a_recursive_model() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(53);
+        let pick = |rng: &mut rand::rngs::StdRng, alphabet: &[u8], max: usize| -> Vec<u8> {
+            let n = rng.gen_range(0..=max);
+            (0..n)
+                .map(|_| alphabet[rng.gen_range(0..alphabet.len())])
+                .collect()
+        };
+        let mut matched = 0;
+        for _ in 0..20_000 {
+            let p = pick(&mut rng, b"ab*", 6);
+            let l = pick(&mut rng, b"ab+", 7);
+            let expected = model(&p, &l);
+            matched += usize::from(expected);
+            assert_eq!(label_matches(&p, &l), expected, "{:?} vs {:?}", p, l);
+        }
+        assert!(
+            matched > 1000,
+            "the sample exercises matches too: {matched}"
+        );
+    }
 }
