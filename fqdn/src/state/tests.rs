@@ -395,7 +395,16 @@ fn restore_of_a_missing_file_fails_with_its_path() {
 #[test]
 fn views_serialize() {
     let mut st = FqdnState::new(FqdnConfig::default());
-    st.apply_policy_selectors([pattern("*.example.com")]);
+    let ch = st.apply_policy_selectors([pattern("*.example.com")]);
+    let ch = serde_json::to_value(ch).unwrap();
+    assert_eq!(
+        ch["selectors"]["fqdn:*.example.com"],
+        serde_json::json!([1 << 24])
+    );
+    assert_eq!(
+        ch["identities_added"][(1u32 << 24).to_string()],
+        serde_json::json!(["fqdn:*.example.com", "reserved:world"])
+    );
     st.on_dns_answer("a.example.com", &[(ip("192.0.2.1"), 30)], 100);
     let cache = serde_json::to_value(st.cache_view()).unwrap();
     assert_eq!(cache[0]["name"], "a.example.com");
