@@ -23,15 +23,16 @@ lint: setup
 	# The parser's fuzz target (its own workspace): CI builds it; run it with `make fuzz`.
 	$(CARGO) build --manifest-path dataplane/fuzz/Cargo.toml
 
-# ferrulectl, ferrule-policy (with ferrule-agent), ferrule-cni and ferrule-api build with
-# no DPDK development files visible, and none of them depends on ferrule-ffi.
+# ferrulectl, ferrule-policy (with ferrule-agent), ferrule-cni, ferrule-networks, ferrule-fqdn
+# and ferrule-api build with no DPDK development files visible, and none of them depends on
+# ferrule-ffi; nor does ferrule-ipamd (checked with cargo tree).
 no-dpdk:
-	@if $(CARGO) tree -p ferrulectl -p ferrule-policy -p ferrule-api -p ferrule-cni -p ferrule-networks -p ferrule-ipamd -e normal,build --prefix none \
+	@if $(CARGO) tree -p ferrulectl -p ferrule-policy -p ferrule-api -p ferrule-cni -p ferrule-networks -p ferrule-fqdn -p ferrule-ipamd -e normal,build --prefix none \
 		| grep -E '^(ferrule-ffi|bindgen) '; then \
-		echo "no-dpdk: ferrulectl/ferrule-policy/ferrule-api/ferrule-cni/ferrule-networks/ferrule-ipamd depend on DPDK (above)" >&2; exit 1; fi
+		echo "no-dpdk: ferrulectl/ferrule-policy/ferrule-api/ferrule-cni/ferrule-networks/ferrule-fqdn/ferrule-ipamd depend on DPDK (above)" >&2; exit 1; fi
 	@mkdir -p target/no-dpdk-pkgconfig
 	PKG_CONFIG_PATH=$(CURDIR)/target/no-dpdk-pkgconfig PKG_CONFIG_LIBDIR=$(CURDIR)/target/no-dpdk-pkgconfig \
-		$(CARGO) build -p ferrulectl -p ferrule-policy -p ferrule-api -p ferrule-cni -p ferrule-networks
+		$(CARGO) build -p ferrulectl -p ferrule-policy -p ferrule-api -p ferrule-cni -p ferrule-networks -p ferrule-fqdn
 
 # The CNI plugin, as the runtime looks it up (`"type": "ferrule"`): /opt/cni/bin/ferrule.
 install-cni: build

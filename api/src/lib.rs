@@ -364,6 +364,14 @@ pub struct WorkerStats {
     /// Packets handed to the worker that owns their connection.
     #[serde(default)]
     pub handoffs: u64,
+    /// Frames switched to one port of a layer-2 segment (Layer2/Localnet networks).
+    #[serde(default)]
+    pub switched: u64,
+    /// Frames flooded to a segment's other ports, and the copies sent for them.
+    #[serde(default)]
+    pub flooded: u64,
+    #[serde(default)]
+    pub flood_copies: u64,
     /// Total drops; by reason in `drop_reasons` (only non-zero reasons are listed).
     pub drops: u64,
     pub drop_reasons: Vec<DropCount>,

@@ -3,10 +3,62 @@
 //! environment and the same network configuration on stdin; its result (any supported
 //! version) gives the pod's addresses.
 
-use crate::spec::{code, CallEnv, CniError, CniResult};
+use crate::ipamd::{self, Ipamd};
+use crate::spec::{code, CallEnv, CniError, CniResult, NetConf};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+
+/// Where a pod's addresses come from: a plugin executed from `CNI_PATH`, or
+/// ferrule-ipamd over its socket (`ipam.type` `ferrule-ipamd`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ipam {
+    Plugin(PathBuf),
+    Ipamd(Ipamd),
+}
+
+impl Ipam {
+    /// The configuration's IPAM, if it names one.
+    pub fn from_conf(conf: &NetConf, env: &CallEnv) -> Result<Option<Ipam>, CniError> {
+        match conf.ipam_type()?.as_deref() {
+            None => Ok(None),
+            Some(ipamd::IPAM_TYPE) => {
+                let ipam = conf.ipam.as_ref().cloned().unwrap_or_default();
+                Ok(Some(Ipam::Ipamd(Ipamd::from_conf(&ipam)?)))
+            }
+            Some(t) => Ok(Some(Ipam::Plugin(find_plugin(t, &env.path)?))),
+        }
+    }
+
+    /// IPAM `ADD`: the pod's addresses.
+    pub fn add(&self, env: &CallEnv, conf: &[u8]) -> Result<CniResult, CniError> {
+        match self {
+            Ipam::Plugin(p) => add(p, env, conf),
+            Ipam::Ipamd(d) => d.add(env).map(|(_, result)| result),
+        }
+    }
+
+    /// IPAM `DEL`: the addresses released (idempotent).
+    pub fn del(&self, env: &CallEnv, conf: &[u8]) -> Result<(), CniError> {
+        match self {
+            Ipam::Plugin(p) => del(p, env, conf),
+            Ipam::Ipamd(d) => d.del(env).map(drop),
+        }
+    }
+
+    /// IPAM `CHECK`: the allocation of `addresses` still held.
+    pub fn check(
+        &self,
+        env: &CallEnv,
+        conf: &[u8],
+        addresses: &[std::net::IpAddr],
+    ) -> Result<(), CniError> {
+        match self {
+            Ipam::Plugin(p) => check(p, env, conf),
+            Ipam::Ipamd(d) => d.check(env, addresses),
+        }
+    }
+}
 
 /// The executable of plugin `name` in `CNI_PATH`.
 pub fn find_plugin(name: &str, path: &[PathBuf]) -> Result<PathBuf, CniError> {

@@ -4,6 +4,7 @@
 //! addresses from the IPAM plugin the configuration names. No DPDK in this crate.
 
 pub mod ipam;
+pub mod ipamd;
 pub mod link;
 pub mod plugin;
 pub mod spec;

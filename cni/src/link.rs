@@ -13,6 +13,7 @@ use ferrule_dataplane::wire::IpCidr;
 use futures::TryStreamExt;
 use rtnetlink::packet_route::address::{AddressAttribute, AddressFlags};
 use rtnetlink::packet_route::link::LinkAttribute;
+use rtnetlink::packet_route::neighbour::NeighbourState;
 use rtnetlink::packet_route::route::{RouteAddress, RouteAttribute, RouteScope};
 use rtnetlink::{Handle, LinkUnspec, LinkVeth, RouteMessageBuilder};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -402,6 +403,59 @@ async fn address_and_route(h: &Handle, index: u32, pod: &PodSide) -> Result<(), 
     Ok(())
 }
 
+/// A permanent neighbour entry in a pod's namespace: `ip` is at `mac` on `ifname`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StaticNeighbour {
+    pub netns: PathBuf,
+    pub ifname: String,
+    pub ip: IpAddr,
+    /// `aa:bb:cc:dd:ee:ff`.
+    pub mac: String,
+}
+
+/// Adds (or replaces) a permanent neighbour entry in the pod's namespace.
+pub fn add_static_neighbour(n: &StaticNeighbour) -> Result<(), CniError> {
+    let mac = parse_mac(&n.mac).ok_or_else(|| {
+        nl_err(
+            format!("cannot add a neighbour entry for {}", n.ip),
+            format!("{:?} is not a MAC address", n.mac),
+        )
+    })?;
+    let n_c = n.clone();
+    in_netns(&n.netns, move || {
+        with_handle(async move |h| {
+            let (index, _) = index_of(h, &n_c.ifname).await?.ok_or_else(|| {
+                nl_err(
+                    format!("the container has no interface {}", n_c.ifname),
+                    "no such link",
+                )
+            })?;
+            h.neighbours()
+                .add(index, n_c.ip)
+                .link_layer_address(&mac)
+                .state(NeighbourState::Permanent)
+                .replace()
+                .execute()
+                .await
+                .map_err(|e| {
+                    nl_err(
+                        format!("cannot add the neighbour entry {} at {}", n_c.ip, n_c.mac),
+                        e,
+                    )
+                })
+        })
+    })
+}
+
+fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let mut out = [0u8; 6];
+    let mut parts = s.split(':');
+    for b in &mut out {
+        *b = u8::from_str_radix(parts.next()?, 16).ok()?;
+    }
+    parts.next().is_none().then_some(out)
+}
+
 /// The gateways of the namespace's default routes of one family.
 async fn default_gateways(h: &Handle, v4: bool) -> Result<Vec<IpAddr>, CniError> {
     let query = if v4 {
@@ -512,6 +566,17 @@ pub fn pod_addresses(cidrs: &[IpCidr]) -> Vec<IpAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn macs_are_parsed_the_usual_way() {
+        assert_eq!(
+            parse_mac("02:0a:ff:00:01:9c"),
+            Some([2, 10, 255, 0, 1, 0x9c])
+        );
+        assert_eq!(parse_mac("02:0a:ff:00:01"), None);
+        assert_eq!(parse_mac("02:0a:ff:00:01:9c:00"), None);
+        assert_eq!(parse_mac("zz:0a:ff:00:01:9c"), None);
+    }
 
     #[test]
     fn macs_are_written_the_usual_way() {

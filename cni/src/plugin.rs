@@ -6,7 +6,7 @@
 //! through it — while the first one (the default network's) keeps only routes to the
 //! Kubernetes API and DNS addresses, as OVN-Kubernetes attaches such pods.
 
-use crate::ipam;
+use crate::ipam::Ipam;
 use crate::link::{self, PodRouting, PodSide, GATEWAY_V4, GATEWAY_V6};
 use crate::spec::{
     code, parse_cidr, CallEnv, CniError, CniResult, Interface, NetConf, ResultInterface, ResultIp,
@@ -22,7 +22,6 @@ use ferrule_api::{
 use ferrule_dataplane::wire::IpCidr;
 use serde_json::Value;
 use std::net::IpAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
 /// The interface a pod's primary user-defined network gets (OVN-Kubernetes' name).
@@ -101,16 +100,9 @@ fn connect(conf: &NetConf) -> Result<Client, CniError> {
     Ok(client)
 }
 
-/// IPAM's plugin, when the configuration names one.
-fn ipam_plugin(conf: &NetConf, env: &CallEnv) -> Result<Option<PathBuf>, CniError> {
-    conf.ipam_type()?
-        .map(|t| ipam::find_plugin(&t, &env.path))
-        .transpose()
-}
-
 /// ADD: returns the result to print.
 pub fn add(env: &CallEnv, conf: &NetConf, raw_conf: &[u8]) -> Result<CniResult, CniError> {
-    let Some(plugin) = ipam_plugin(conf, env)? else {
+    let Some(ipam) = Ipam::from_conf(conf, env)? else {
         return Err(CniError::new(
             code::INVALID_NETWORK_CONFIG,
             "ipam is required",
@@ -126,7 +118,7 @@ pub fn add(env: &CallEnv, conf: &NetConf, raw_conf: &[u8]) -> Result<CniResult, 
         Some(pod) => primary_network(conf, &pod)?,
         None => NetworkLookupResult::default(),
     };
-    let allocated = ipam::add(&plugin, env, raw_conf)?;
+    let allocated = ipam.add(env, raw_conf)?;
     let mut outcome = attach(env, conf, &netns, &allocated, &lookup);
     if let (Ok(result), Some(primary)) = (&mut outcome, &lookup.primary) {
         if let Err(e) = attach_primary(env, conf, &netns, primary, result) {
@@ -136,7 +128,7 @@ pub fn add(env: &CallEnv, conf: &NetConf, raw_conf: &[u8]) -> Result<CniResult, 
     }
     if outcome.is_err() {
         // Give the addresses back: the container gets no network from this call.
-        let _ = ipam::del(&plugin, env, raw_conf);
+        let _ = ipam.del(env, raw_conf);
     }
     outcome
 }
@@ -365,6 +357,20 @@ fn attach(
                     return Err(e);
                 }
             };
+            // The gateway's MAC is the port's, for good: a static ARP entry, as the
+            // AWS VPC CNI sets pods up (no ARP before the first packet).
+            if addresses.iter().any(IpAddr::is_ipv4) {
+                let gateway = link::StaticNeighbour {
+                    netns: netns.to_path_buf(),
+                    ifname: env.ifname.clone(),
+                    ip: IpAddr::V4(GATEWAY_V4),
+                    mac: info.mac.clone(),
+                };
+                if let Err(e) = link::add_static_neighbour(&gateway) {
+                    let _ = detach(env, conf, &env.ifname);
+                    return Err(e);
+                }
+            }
             (
                 vec![
                     ResultInterface {
@@ -513,8 +519,8 @@ pub fn del(env: &CallEnv, conf: &NetConf, raw_conf: &[u8]) -> Result<(), CniErro
     // the network's IPAM with the port), then the default network's.
     detach(env, conf, UDN_IFNAME)?;
     detach(env, conf, &env.ifname)?;
-    if let Some(plugin) = ipam_plugin(conf, env)? {
-        ipam::del(&plugin, env, raw_conf)?;
+    if let Some(ipam) = Ipam::from_conf(conf, env)? {
+        ipam.del(env, raw_conf)?;
     }
     Ok(())
 }
@@ -571,7 +577,7 @@ pub fn check(env: &CallEnv, conf: &NetConf, raw_conf: &[u8]) -> Result<(), CniEr
         link::check_pod(&PodSide {
             netns: netns.clone(),
             ifname: env.ifname.clone(),
-            addresses,
+            addresses: addresses.clone(),
             mtu: conf.mtu.unwrap_or(1500),
             routing: PodRouting {
                 default_route,
@@ -603,8 +609,8 @@ pub fn check(env: &CallEnv, conf: &NetConf, raw_conf: &[u8]) -> Result<(), CniEr
             })?;
         }
     }
-    if let Some(plugin) = ipam_plugin(conf, env)? {
-        ipam::check(&plugin, env, raw_conf)?;
+    if let Some(ipam) = Ipam::from_conf(conf, env)? {
+        ipam.check(env, raw_conf, &addresses)?;
     }
     Ok(())
 }

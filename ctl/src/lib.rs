@@ -29,6 +29,7 @@ use ferrule_dataplane::counters::DropReason;
 
 pub mod acl;
 pub mod ct;
+pub mod ipam;
 pub mod neigh;
 pub mod network;
 pub mod pcap;
@@ -221,6 +222,13 @@ count, like `vppctl show errors`.")]
         command: network::NetworkCommand,
     },
 
+    /// Show ferrule-ipamd's address pool: ENIs, addresses, pods (AWS VPC CNI model).
+    #[command(long_about = ipam::IPAM_LONG_ABOUT)]
+    Ipam {
+        #[command(subcommand)]
+        command: ipam::IpamCommand,
+    },
+
     /// Render Kubernetes NetworkPolicies into ACL tables; verdicts; apply once.
     #[command(long_about = policy::POLICY_LONG_ABOUT)]
     Policy {
@@ -289,6 +297,7 @@ pub fn run(cli: &Cli, out: &mut dyn Write) -> Result<(), CtlError> {
         Command::Acl { ref command } => acl::run(&mut ctx, command),
         Command::Vpc { ref command } => vpc::run(&mut ctx, command),
         Command::Network { ref command } => network::run(&mut ctx, command),
+        Command::Ipam { ref command } => ipam::run(&mut ctx, command),
         Command::Policy { ref command } => policy::run(&mut ctx, command),
         Command::Ct { ref command } => ct::run(&mut ctx, command),
         Command::Nat { ref command } => ct::run_nat(&mut ctx, command),
@@ -558,6 +567,9 @@ mod tests {
                 icmp_errors: 0,
                 punts: 0,
                 handoffs: 0,
+                switched: 0,
+                flooded: 0,
+                flood_copies: 0,
                 drops: 20,
                 drop_reasons: vec![DropCount {
                     reason: "tx-full".to_string(),

@@ -106,6 +106,7 @@ mod tests {
             snat_exclude: vec![],
             snat_ports: vec!["1024-29999".into(), "32768-65535".into()],
             snat_address: Some("192.0.2.10".into()),
+            enis: vec![],
         };
         let text = render_vpc(&s);
         assert!(text.contains("SNAT exclude:  -\n"), "{text}");

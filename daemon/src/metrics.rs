@@ -182,6 +182,24 @@ impl NodeMetrics {
                 per_worker(|w| w.punts),
             );
             fam(
+                "ferrule_worker_switched",
+                "Frames a worker switched to one port of a layer-2 segment.",
+                c,
+                per_worker(|w| w.switched),
+            );
+            fam(
+                "ferrule_worker_flooded",
+                "Frames a worker flooded to a layer-2 segment's other ports.",
+                c,
+                per_worker(|w| w.flooded),
+            );
+            fam(
+                "ferrule_worker_flood_copies",
+                "Copies a worker sent of flooded frames.",
+                c,
+                per_worker(|w| w.flood_copies),
+            );
+            fam(
                 "ferrule_drops",
                 "Packets dropped, by reason (ferrulectl stats describes each reason).",
                 c,

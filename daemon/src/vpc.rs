@@ -215,6 +215,7 @@ mod tests {
             vpc_cidrs: vpc.iter().map(|s| s.to_string()).collect(),
             snat_exclude: vec![],
             snat_ports: ports.map(Into::into),
+            enis: vec![],
         }
     }
 

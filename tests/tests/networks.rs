@@ -360,22 +360,7 @@ fn overlapping_layer3_networks_egress_masqueraded_isolated_and_deletable_when_un
          ingress: [{from: [{podSelector: {matchLabels: {app: other}}}]}]\n",
     )
     .expect("write");
-    let run_agent = || {
-        let agent = Command::new(ferrule_e2e::agent_bin())
-            .args([
-                "--state",
-                state.to_str().expect("path"),
-                "--node",
-                "n1",
-                "--once",
-            ])
-            .arg("--socket")
-            .arg(&d.socket)
-            .stdin(Stdio::null())
-            .output()
-            .expect("ferrule-agent");
-        ok(&agent);
-    };
+    let run_agent = || run_agent_once(&state, &d);
     run_agent();
     let o = ping(&topo, "uc", &[&ip_a]);
     assert!(
@@ -449,6 +434,24 @@ fn overlapping_layer3_networks_egress_masqueraded_isolated_and_deletable_when_un
 
     let status = d.terminate();
     assert!(status.success(), "{}", d.log_text());
+}
+
+/// Runs `ferrule-agent --once` over the manifests in `state` against `d`.
+fn run_agent_once(state: &Path, d: &Ferruled) {
+    let agent = Command::new(ferrule_e2e::agent_bin())
+        .args([
+            "--state",
+            state.to_str().expect("path"),
+            "--node",
+            "n1",
+            "--once",
+        ])
+        .arg("--socket")
+        .arg(&d.socket)
+        .stdin(Stdio::null())
+        .output()
+        .expect("ferrule-agent");
+    ok(&agent);
 }
 
 /// Waits up to 20 s for `cond`.
@@ -687,6 +690,48 @@ fn layer2_pods_are_switched_and_localnet_pods_bridged_to_a_vlan() {
         table.contains("green.l2") && table.contains("static"),
         "{table}"
     );
+
+    // A NetworkPolicy holds between pods of the segment, though their packets are
+    // switched, not routed: g1 takes only app=client (g2) in; g3 is dropped as
+    // `acl-deny`; g1's own pings to g3 get their replies (its connection).
+    let state = dir.path().join("cluster");
+    std::fs::create_dir(&state).expect("mkdir");
+    std::fs::write(
+        state.join("pods.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: g1, namespace: green, labels: {app: server}}\n\
+         spec: {nodeName: n1, containers: [{name: c}]}\nstatus: {podIP: 10.244.0.21}\n---\n\
+         apiVersion: v1\nkind: Pod\nmetadata: {name: g2, namespace: green, labels: {app: client}}\n\
+         spec: {nodeName: n1, containers: [{name: c}]}\nstatus: {podIP: 10.244.0.22}\n---\n\
+         apiVersion: v1\nkind: Pod\nmetadata: {name: g3, namespace: green, labels: {app: other}}\n\
+         spec: {nodeName: n1, containers: [{name: c}]}\nstatus: {podIP: 10.244.0.23}\n---\n\
+         apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: g1-from-client, namespace: green}\n\
+         spec:\n  podSelector: {matchLabels: {app: server}}\n  policyTypes: [Ingress]\n  \
+         ingress: [{from: [{podSelector: {matchLabels: {app: client}}}]}]\n",
+    )
+    .expect("write");
+    run_agent_once(&state, &d);
+    let dump = d.ctl_json(&["acl", "dump"]);
+    assert!(dump.to_string().contains("10.50.0.3"), "{dump:#}");
+    let before = drops(&d.ctl_json(&["stats"]), "acl-deny");
+    ok(&ping(&topo, "g2", &[&ips[0]]));
+    let o = ping(&topo, "g3", &[&ips[0]]);
+    assert!(
+        !o.status.success(),
+        "the policy lets green/g3 in: {}",
+        text(&o)
+    );
+    assert!(
+        drops(&d.ctl_json(&["stats"]), "acl-deny") >= before + 2,
+        "{}",
+        diagnostics(&d)
+    );
+    ok(&ping(&topo, "g1", &[&ips[2]]));
+    // g3 still reaches g2, which no policy selects.
+    ok(&ping(&topo, "g3", &[&ips[1]]));
+    let empty = dir.path().join("no-acl.yaml");
+    std::fs::write(&empty, "{}\n").expect("write");
+    ok(&d.ctl(&["acl", "apply", "-f", empty.to_str().expect("path")]));
+    ok(&ping(&topo, "g3", &[&ips[0]]));
 
     // Localnet: two pods bridged to VLAN 100 of the uplink, where a host answers on
     // that VLAN only; Ferrule tags what leaves and untags what comes in.

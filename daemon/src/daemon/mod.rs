@@ -593,6 +593,9 @@ impl Daemon {
                     icmp_errors: c.icmp_errors.get(),
                     punts: c.punts.get(),
                     handoffs: c.handoffs.get(),
+                    switched: c.switched.get(),
+                    flooded: c.flooded.get(),
+                    flood_copies: c.flood_copies.get(),
                     drops: c.total_drops(),
                     drop_reasons,
                 };
