@@ -1,10 +1,12 @@
-//! The node's VPC state — primary IP(s), VPC CIDRs, SNAT exclusions, SNAT ports — as
-//! `vpc.sync` or the `[vpc]` section of the configuration give it, validated into the
-//! dataplane's [`SnatPolicy`], and shown back.
+//! The node's VPC state — primary IP(s), VPC CIDRs, SNAT exclusions, SNAT ports, the
+//! node's ENIs bound to uplink ports — as `vpc.sync` or the `[vpc]` section of the
+//! configuration give it, validated all or nothing into the dataplane's [`SnatPolicy`]
+//! and [`Eni`]s, and shown back.
 
-use ferrule_api::{VpcState, VpcSync};
+use ferrule_api::{VpcEni, VpcEniState, VpcState, VpcSync};
 use ferrule_dataplane::nat::{SnatPolicy, DEFAULT_PORTS, NODE_PORTS};
-use ferrule_dataplane::wire::Ipv4Cidr;
+use ferrule_dataplane::snapshot::{PortRole, PortState};
+use ferrule_dataplane::wire::{EthernetAddress, Ipv4Cidr};
 use std::net::Ipv4Addr;
 
 /// Why a VPC state was refused: the field (`node_ips[0]`, `snat_ports`, …) and why.
@@ -169,7 +171,230 @@ pub fn check_port_shares(ports: &[(u16, u16)], workers: u16) -> Result<usize, Vp
     }
 }
 
-/// The state in force, for `vpc.show`.
+/// An ENI of the node, validated and bound to its uplink port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Eni {
+    /// As `vpc.sync` gave it (shown back by `vpc.show`).
+    pub spec: VpcEni,
+    pub mac: EthernetAddress,
+    pub device_index: u32,
+    pub subnet: Ipv4Cidr,
+    pub gateway: Ipv4Addr,
+    pub primary_ip: Ipv4Addr,
+    pub secondary_ips: Vec<Ipv4Addr>,
+    /// The port index it is bound to.
+    pub port: u16,
+}
+
+impl Eni {
+    /// Its route table's name: `main` for the primary ENI (device index 0), else
+    /// `eni-<device index>`.
+    pub fn table(&self) -> String {
+        if self.device_index == 0 {
+            "main".into()
+        } else {
+            format!("eni-{}", self.device_index)
+        }
+    }
+}
+
+/// An IPv4 address inside `subnet`.
+fn addr_in(text: &str, subnet: &Ipv4Cidr, field: String) -> Result<Ipv4Addr, VpcError> {
+    let a: Ipv4Addr = text
+        .parse()
+        .map_err(|_| err(field.clone(), format!("{text:?} is not an IPv4 address")))?;
+    if !subnet.contains(a) {
+        return Err(err(
+            field,
+            format!("{a} is outside the ENI's subnet {subnet}"),
+        ));
+    }
+    Ok(a)
+}
+
+/// Validates the ENIs of a `vpc.sync` against the ports (indexed as the FIB holds
+/// them), binding each to its uplink port: an ID `eni-` and hex digits, a unicast MAC,
+/// unique device indexes with the primary (0) among them, an IPv4 subnet holding the
+/// gateway and every address, no address on two ENIs, the port an uplink of the
+/// default network (named, or the one with the ENI's MAC), no port bound twice.
+pub fn enis(spec: &VpcSync, ports: &[PortState]) -> Result<Vec<Eni>, VpcError> {
+    let mut out: Vec<Eni> = Vec::with_capacity(spec.enis.len());
+    // Every address seen so far and the ENI it is on.
+    let mut owners: Vec<(Ipv4Addr, usize)> = Vec::new();
+    for (i, e) in spec.enis.iter().enumerate() {
+        let f = |name: &str| format!("enis[{i}].{name}");
+        let hex = e.id.strip_prefix("eni-").unwrap_or("");
+        if hex.is_empty() || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(err(
+                f("id"),
+                format!("{:?} is not an ENI ID (`eni-` and hex digits)", e.id),
+            ));
+        }
+        if let Some(j) = out.iter().position(|o| o.spec.id == e.id) {
+            return Err(err(f("id"), format!("{} is also enis[{j}]", e.id)));
+        }
+        let mac: EthernetAddress = e
+            .mac
+            .parse()
+            .ok()
+            .filter(|m: &EthernetAddress| m.0[0] & 1 == 0 && m.0 != [0; 6])
+            .ok_or_else(|| {
+                err(
+                    f("mac"),
+                    format!("{:?} is not a unicast MAC address", e.mac),
+                )
+            })?;
+        if let Some(j) = out.iter().position(|o| o.device_index == e.device_index) {
+            return Err(err(
+                f("device_index"),
+                format!("device index {} is also enis[{j}]'s", e.device_index),
+            ));
+        }
+        let subnet = cidr(&e.subnet_cidr, f("subnet_cidr"))?;
+        let gateway = addr_in(&e.gateway, &subnet, f("gateway"))?;
+        let primary_ip = addr_in(&e.primary_ip, &subnet, f("primary_ip"))?;
+        let mut addrs = vec![(primary_ip, f("primary_ip"))];
+        let mut secondary_ips = Vec::with_capacity(e.secondary_ips.len());
+        for (k, text) in e.secondary_ips.iter().enumerate() {
+            let field = f(&format!("secondary_ips[{k}]"));
+            let a = addr_in(text, &subnet, field.clone())?;
+            secondary_ips.push(a);
+            addrs.push((a, field));
+        }
+        for (a, field) in addrs {
+            if a == gateway {
+                return Err(err(field, format!("{a} is the subnet's gateway")));
+            }
+            if let Some(&(_, j)) = owners.iter().find(|(b, _)| *b == a) {
+                let whose = if j == i {
+                    "given twice on this ENI".to_string()
+                } else {
+                    format!("also on enis[{j}] ({})", spec.enis[j].id)
+                };
+                return Err(err(field, format!("{a} is {whose}")));
+            }
+            owners.push((a, i));
+        }
+        let uplink = |p: &PortState| p.role == PortRole::Uplink && !p.name.is_empty();
+        let port = match &e.port {
+            Some(name) => {
+                let idx = ports
+                    .iter()
+                    .position(|p| p.name == *name && !name.is_empty())
+                    .ok_or_else(|| err(f("port"), format!("no port named {name:?}")))?;
+                if !uplink(&ports[idx]) {
+                    return Err(err(
+                        f("port"),
+                        format!("port {name:?} is a {} port, not an uplink", ports[idx].role),
+                    ));
+                }
+                idx
+            }
+            None => {
+                let found: Vec<usize> = (0..ports.len())
+                    .filter(|&k| uplink(&ports[k]) && ports[k].mac == mac)
+                    .collect();
+                match found[..] {
+                    [k] => k,
+                    [] => {
+                        return Err(err(
+                            f("port"),
+                            format!("no uplink port has the ENI's MAC {mac}: name the port"),
+                        ))
+                    }
+                    _ => {
+                        let names: Vec<&str> =
+                            found.iter().map(|&k| ports[k].name.as_str()).collect();
+                        return Err(err(
+                            f("port"),
+                            format!(
+                                "uplink ports {} all have the ENI's MAC {mac}: name the port",
+                                names.join(", ")
+                            ),
+                        ));
+                    }
+                }
+            }
+        };
+        if ports[port].network != 0 {
+            return Err(err(
+                f("port"),
+                format!(
+                    "port {:?} is not in the default network (ENIs are its uplinks)",
+                    ports[port].name
+                ),
+            ));
+        }
+        if let Some(j) = out.iter().position(|o| usize::from(o.port) == port) {
+            return Err(err(
+                f("port"),
+                format!(
+                    "port {:?} is already bound to enis[{j}] ({})",
+                    ports[port].name, spec.enis[j].id
+                ),
+            ));
+        }
+        out.push(Eni {
+            spec: e.clone(),
+            mac,
+            device_index: e.device_index,
+            subnet,
+            gateway,
+            primary_ip,
+            secondary_ips,
+            port: port as u16,
+        });
+    }
+    if !out.is_empty() && !out.iter().any(|e| e.device_index == 0) {
+        return Err(err(
+            "enis".into(),
+            "no primary ENI (device_index 0) among the ENIs given",
+        ));
+    }
+    Ok(out)
+}
+
+/// A `vpc.sync` validated whole: the SNAT policy and the ENIs bound to their ports.
+/// `uplink_addrs` are the IPv4 addresses Ferrule owns on uplink ports besides those the
+/// ENIs bring (their primary IPs count too). Without `node_ips`, the node IP is the
+/// primary ENI's primary IP.
+pub fn sync(
+    spec: &VpcSync,
+    ports: &[PortState],
+    uplink_addrs: &[Ipv4Addr],
+) -> Result<(SnatPolicy, Vec<Eni>), VpcError> {
+    let enis = enis(spec, ports)?;
+    let mut addrs = uplink_addrs.to_vec();
+    addrs.extend(enis.iter().map(|e| e.primary_ip));
+    let policy = match enis.iter().find(|e| e.device_index == 0) {
+        Some(primary) if spec.node_ips.is_empty() => {
+            let mut p = policy(spec, &addrs)?;
+            p.node_ips = vec![primary.primary_ip];
+            p
+        }
+        _ => policy(spec, &addrs)?,
+    };
+    Ok((policy, enis))
+}
+
+/// The state in force, for `vpc.show`: the policy and the ENIs with their ports' names.
+pub fn state_with(p: &SnatPolicy, enis: &[Eni], ports: &[PortState]) -> VpcState {
+    let mut s = state(p);
+    s.enis = enis
+        .iter()
+        .map(|e| VpcEniState {
+            eni: e.spec.clone(),
+            bound_port: ports
+                .get(usize::from(e.port))
+                .map(|p| p.name.clone())
+                .unwrap_or_default(),
+            table: e.table(),
+        })
+        .collect();
+    s
+}
+
+/// The SNAT policy's part of the state in force.
 pub fn state(p: &SnatPolicy) -> VpcState {
     VpcState {
         node_ips: p.node_ips.iter().map(Ipv4Addr::to_string).collect(),
@@ -215,6 +440,7 @@ mod tests {
             vpc_cidrs: vpc.iter().map(|s| s.to_string()).collect(),
             snat_exclude: vec![],
             snat_ports: ports.map(Into::into),
+            enis: vec![],
         }
     }
 

@@ -101,6 +101,7 @@ fn snapshot(routes: &[(u32, u8, u32)]) -> Snapshot {
         pod_mac: None,
         local_v4: vec![Ipv4Addr::new(169, 254, 1, 1)],
         local_v6: Vec::new(),
+        proxy_arp_v4: Vec::new(),
         xconnect: None,
         pod_sources: PodSources::default(),
         locked: false,
@@ -127,6 +128,7 @@ fn snapshot(routes: &[(u32, u8, u32)]) -> Snapshot {
         locked_allow: Default::default(),
         any_locked: false,
         switching: Default::default(),
+        source_routes: None,
     };
     snap.resolve_gateways();
     snap
