@@ -519,4 +519,256 @@ mod tests {
             assert!(e.message.contains(text), "{e:?}");
         }
     }
+
+    // ENIs.
+
+    fn port(name: &str, role: PortRole, mac: [u8; 6], network: u16) -> PortState {
+        PortState {
+            name: name.into(),
+            dpdk_id: 0,
+            role,
+            network,
+            mac: EthernetAddress(mac),
+            mtu: 1500,
+            pod_mac: None,
+            local_v4: vec![],
+            local_v6: vec![],
+            proxy_arp_v4: vec![],
+            xconnect: None,
+            pod_sources: Default::default(),
+            locked: false,
+        }
+    }
+
+    /// eth0 and eth1 (uplinks with the two ENIs' MACs), a pod port, an uplink in
+    /// another network, two uplinks sharing a MAC.
+    fn ports() -> Vec<PortState> {
+        vec![
+            port("eth0", PortRole::Uplink, [2, 0, 0, 0, 0, 0xa0], 0),
+            port("eth1", PortRole::Uplink, [2, 0, 0, 0, 0, 0xa1], 0),
+            port("pod", PortRole::Pod, [2, 0, 0, 0, 0, 0xa2], 0),
+            port("blue", PortRole::Uplink, [2, 0, 0, 0, 0, 0xa3], 1),
+            port("twin-a", PortRole::Uplink, [2, 0, 0, 0, 0, 0xa4], 0),
+            port("twin-b", PortRole::Uplink, [2, 0, 0, 0, 0, 0xa4], 0),
+        ]
+    }
+
+    fn eni(id: &str, mac: &str, index: u32, subnet: &str, secondaries: &[&str]) -> VpcEni {
+        let base = subnet.trim_end_matches("0/24");
+        VpcEni {
+            id: id.into(),
+            mac: mac.into(),
+            device_index: index,
+            subnet_cidr: subnet.into(),
+            gateway: format!("{base}1"),
+            primary_ip: format!("{base}10"),
+            secondary_ips: secondaries.iter().map(|s| s.to_string()).collect(),
+            port: None,
+        }
+    }
+
+    /// ENI 0 on eth0 (10.0.0.0/24) and ENI 1 on eth1 (10.0.1.0/24), found by MAC.
+    fn two_enis() -> VpcSync {
+        VpcSync {
+            vpc_cidrs: vec!["10.0.0.0/16".into()],
+            enis: vec![
+                eni(
+                    "eni-0a",
+                    "02:00:00:00:00:a0",
+                    0,
+                    "10.0.0.0/24",
+                    &["10.0.0.20", "10.0.0.21"],
+                ),
+                eni(
+                    "eni-1b",
+                    "02:00:00:00:00:a1",
+                    1,
+                    "10.0.1.0/24",
+                    &["10.0.1.20"],
+                ),
+            ],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn enis_bind_to_their_ports_and_give_the_node_ip() {
+        let (p, enis) = sync(&two_enis(), &ports(), &[]).expect("valid");
+        assert_eq!(
+            p.node_ips,
+            vec![Ipv4Addr::new(10, 0, 0, 10)],
+            "primary ENI's primary IP"
+        );
+        assert_eq!(enis.len(), 2);
+        assert_eq!((enis[0].port, enis[1].port), (0, 1));
+        assert_eq!(enis[1].gateway, Ipv4Addr::new(10, 0, 1, 1));
+        assert_eq!(
+            (enis[0].table(), enis[1].table()),
+            ("main".into(), "eni-1".into())
+        );
+        let s = state_with(&p, &enis, &ports());
+        assert_eq!(s.enis[1].bound_port, "eth1");
+        assert_eq!(s.enis[1].table, "eni-1");
+        assert_eq!(s.enis[1].eni, two_enis().enis[1]);
+        // A port named explicitly; node_ips given win over the ENI's primary IP.
+        let mut named = two_enis();
+        named.enis[1].port = Some("twin-a".into());
+        named.enis[1].mac = "02:00:00:00:00:b1".into();
+        named.node_ips = vec!["192.0.2.10".into()];
+        let (p, enis) = sync(&named, &ports(), &[Ipv4Addr::new(192, 0, 2, 10)]).expect("valid");
+        assert_eq!(enis[1].port, 4);
+        assert_eq!(p.node_ips, vec![Ipv4Addr::new(192, 0, 2, 10)]);
+        // node_ips may name an ENI's primary IP (it becomes an uplink address).
+        let mut own = two_enis();
+        own.node_ips = vec!["10.0.1.10".into()];
+        assert_eq!(
+            sync(&own, &ports(), &[]).expect("valid").0.node_ips,
+            vec![Ipv4Addr::new(10, 0, 1, 10)]
+        );
+        // No ENIs: as before.
+        assert!(sync(&spec(&[], &[], None), &ports(), &[])
+            .expect("valid")
+            .1
+            .is_empty());
+    }
+
+    #[test]
+    fn eni_refusals_name_the_field() {
+        type Edit = fn(&mut VpcSync);
+        let cases: Vec<(Edit, &str, &str)> = vec![
+            (
+                |s| s.enis[1].id = "eni-xyz".into(),
+                "enis[1].id",
+                "not an ENI ID",
+            ),
+            (
+                |s| s.enis[0].id = "vol-0a".into(),
+                "enis[0].id",
+                "not an ENI ID",
+            ),
+            (
+                |s| s.enis[1].id = "eni-0a".into(),
+                "enis[1].id",
+                "also enis[0]",
+            ),
+            (
+                |s| s.enis[1].mac = "02:00:00:00:00".into(),
+                "enis[1].mac",
+                "not a unicast MAC",
+            ),
+            (
+                |s| s.enis[1].mac = "01:00:5e:00:00:01".into(),
+                "enis[1].mac",
+                "not a unicast MAC",
+            ),
+            (
+                |s| s.enis[1].device_index = 0,
+                "enis[1].device_index",
+                "also enis[0]'s",
+            ),
+            (|s| s.enis[0].device_index = 2, "enis", "no primary ENI"),
+            (
+                |s| s.enis[1].subnet_cidr = "10.0.1.0".into(),
+                "enis[1].subnet_cidr",
+                "not an IPv4 CIDR",
+            ),
+            (
+                |s| s.enis[1].subnet_cidr = "fd00::/64".into(),
+                "enis[1].subnet_cidr",
+                "not an IPv4 address",
+            ),
+            (
+                |s| s.enis[1].subnet_cidr = "10.0.1.1/24".into(),
+                "enis[1].subnet_cidr",
+                "host bits",
+            ),
+            (
+                |s| s.enis[1].gateway = "10.0.2.1".into(),
+                "enis[1].gateway",
+                "outside the ENI's subnet 10.0.1.0/24",
+            ),
+            (
+                |s| s.enis[1].gateway = "gw".into(),
+                "enis[1].gateway",
+                "not an IPv4 address",
+            ),
+            (
+                |s| s.enis[1].primary_ip = "10.0.0.10".into(),
+                "enis[1].primary_ip",
+                "outside the ENI's subnet",
+            ),
+            (
+                |s| s.enis[1].primary_ip = "10.0.1.1".into(),
+                "enis[1].primary_ip",
+                "the subnet's gateway",
+            ),
+            (
+                |s| s.enis[0].secondary_ips[1] = "10.0.9.9".into(),
+                "enis[0].secondary_ips[1]",
+                "outside",
+            ),
+            (
+                |s| s.enis[0].secondary_ips[1] = "10.0.0.20".into(),
+                "enis[0].secondary_ips[1]",
+                "given twice on this ENI",
+            ),
+            (
+                |s| s.enis[0].secondary_ips[1] = "10.0.0.10".into(),
+                "enis[0].secondary_ips[1]",
+                "given twice on this ENI",
+            ),
+            (
+                |s| {
+                    s.enis[1].subnet_cidr = "10.0.0.0/16".into();
+                    s.enis[1].gateway = "10.0.0.1".into();
+                    s.enis[1].primary_ip = "10.0.1.10".into();
+                    s.enis[1].secondary_ips = vec!["10.0.0.21".into()];
+                },
+                "enis[1].secondary_ips[0]",
+                "also on enis[0] (eni-0a)",
+            ),
+            (
+                |s| s.enis[1].port = Some("eth9".into()),
+                "enis[1].port",
+                "no port named \"eth9\"",
+            ),
+            (
+                |s| s.enis[1].port = Some("pod".into()),
+                "enis[1].port",
+                "a pod port, not an uplink",
+            ),
+            (
+                |s| s.enis[1].port = Some("blue".into()),
+                "enis[1].port",
+                "not in the default network",
+            ),
+            (
+                |s| s.enis[1].port = Some("eth0".into()),
+                "enis[1].port",
+                "already bound to enis[0] (eni-0a)",
+            ),
+            (
+                |s| s.enis[1].mac = "02:00:00:00:00:ee".into(),
+                "enis[1].port",
+                "no uplink port has the ENI's MAC",
+            ),
+            (
+                |s| s.enis[1].mac = "02:00:00:00:00:a4".into(),
+                "enis[1].port",
+                "twin-a, twin-b",
+            ),
+            (
+                |s| s.node_ips = vec!["10.0.1.20".into()],
+                "node_ips[0]",
+                "not an address of an uplink port",
+            ),
+        ];
+        for (edit, field, text) in cases {
+            let mut s = two_enis();
+            edit(&mut s);
+            let e = sync(&s, &ports(), &[]).expect_err(field);
+            assert_eq!(e.field, field, "{e:?}");
+            assert!(e.message.contains(text), "{field}: {e:?}");
+        }
+    }
 }
