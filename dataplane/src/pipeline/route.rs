@@ -237,7 +237,9 @@ fn route<T: Tracer, const NETWORKS: bool>(
         return Err(Action::Drop(DropReason::NoRoute));
     };
     if NETWORKS {
-        network_checks(snap, port, out_port, parsed, marks, ct, frame, t)?;
+        if out_port.network != network || port.locked || out_port.locked {
+            network_checks(snap, port, out_port, parsed, marks, ct, frame, t)?;
+        }
         if let Some(routes) = snap.source_routes.as_deref() {
             if let Some(hop) = by_source(snap, routes, port, out_port, parsed, marks, ct, frame, t)
             {
@@ -283,13 +285,12 @@ fn by_source<T: Tracer>(
         return None;
     }
     let table = routes.table_v4(parsed.key.network, parsed.key.src_v4())?;
-    let src = parsed.key.src_ip();
     if output.role != PortRole::Uplink {
         trace!(
             t,
             Stage::Route,
             "source {} selects table {} of {}, but {} goes to {} port {}: table main",
-            src,
+            parsed.key.src_ip(),
             table.name,
             table.owner,
             parsed.key.dst_ip(),
@@ -304,7 +305,7 @@ fn by_source<T: Tracer>(
             t,
             Stage::Route,
             "source {} selects table {} of {}, but {} is outside the VPC and masqueraded to the node IP: table main",
-            src,
+            parsed.key.src_ip(),
             table.name,
             table.owner,
             parsed.key.dst_ip()
@@ -318,7 +319,7 @@ fn by_source<T: Tracer>(
         t,
         Stage::Route,
         "source {} is a secondary IP of {}: table {} -> port {}{}",
-        src,
+        parsed.key.src_ip(),
         table.owner,
         table.name,
         snap.ports
