@@ -484,14 +484,38 @@ pub struct RouteEntry {
     #[serde(default)]
     pub via: Option<String>,
     /// Where it comes from: `config`, `api`, `connected` (a port address's subnet),
-    /// `pod` (a pod port's address) or `local`.
+    /// `pod` (a pod port's address), `local`, `network` (a user-defined network's
+    /// plan) or `eni` (an ENI: its primary IP in `main`, its table's default route).
     pub source: String,
+    /// The route table: absent for the network's main table, `eni-<device index>` for
+    /// a secondary ENI's table (chosen by the packet's source, see `rules`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table: Option<String>,
 }
 
 /// Result of `route.dump`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct RouteDump {
     pub routes: Vec<RouteEntry>,
+    /// Which sources select a table other than `main` (the ENIs' `ip rule from <pod IP>
+    /// lookup eni-N`); absent without secondary ENIs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<SourceRule>,
+}
+
+/// The sources that select a route table (`route.dump`): a pod's packet from one of
+/// them uses the table when the main table would send it out of an uplink and it is
+/// not masqueraded; traffic to pods and masqueraded traffic stay on `main`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SourceRule {
+    pub network: String,
+    /// The table (`eni-1`).
+    pub table: String,
+    /// The ENI it belongs to (`eni-0abc`) and its device index.
+    pub eni: String,
+    pub device_index: u32,
+    /// The source IPv4 addresses (the ENI's secondary IPs).
+    pub sources: Vec<String>,
 }
 
 /// Params of `neigh.add`.

@@ -828,8 +828,9 @@ mod tests {
             port: port.map(str::to_string),
             via: via.map(str::to_string),
             source: source.to_string(),
+            table: None,
         };
-        let dump = RouteDump {
+        let mut dump = RouteDump {
             routes: vec![
                 route(
                     "default",
@@ -849,6 +850,7 @@ mod tests {
                 ),
                 route("blue", "2001:db8::/32", "blackhole", None, None, "api"),
             ],
+            rules: vec![],
         };
         assert_eq!(
             render_routes(&dump),
@@ -857,7 +859,31 @@ mod tests {
              default  10.1.0.5/32    port       pod-web  -          pod\n\
              blue     2001:db8::/32  blackhole  -        -          api\n"
         );
-        assert_eq!(render_routes(&RouteDump { routes: vec![] }), "no routes\n");
+        assert_eq!(render_routes(&RouteDump::default()), "no routes\n");
+        // An ENI's table: a TABLE column and the source rules.
+        dump.routes.truncate(1);
+        let mut eni = dump.routes[0].clone();
+        eni.table = Some("eni-1".into());
+        eni.port = Some("eth1".into());
+        eni.via = Some("10.0.1.1".into());
+        eni.source = "eni".into();
+        dump.routes.push(eni);
+        dump.rules.push(api::SourceRule {
+            network: "default".into(),
+            table: "eni-1".into(),
+            eni: "eni-0b1".into(),
+            device_index: 1,
+            sources: vec!["10.0.1.20".into(), "10.0.1.21".into()],
+        });
+        assert_eq!(
+            render_routes(&dump),
+            "NETWORK  TABLE  PREFIX     KIND  PORT     VIA        SOURCE\n\
+             default  main   0.0.0.0/0  port  uplink0  192.0.2.1  config\n\
+             default  eni-1  0.0.0.0/0  port  eth1     10.0.1.1   eni\n\
+             \n\
+             source rules (pod traffic out of an uplink, not masqueraded):\n  \
+             from 10.0.1.20, 10.0.1.21 lookup eni-1 (eni-0b1 device 1, network default)\n"
+        );
     }
 
     #[test]

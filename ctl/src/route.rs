@@ -10,8 +10,11 @@ network's ports. Without --network, commands act on the cluster default network
 
 Routes come from the configuration ([[route]] in ferrule.toml), from the control API
 (these commands), from the subnets of the ports' own addresses
-(connected), from the pod ports' addresses (pod) and from Ferrule's own addresses
-(local). Routes added through the API are not written back to the configuration:
+(connected), from the pod ports' addresses (pod), from Ferrule's own addresses
+(local) and from the node's ENIs (eni, `vpc.sync`). Each secondary ENI has its own
+table, eni-<device index>, with a default route via its subnet gateway: a pod whose
+address is one of the ENI's secondary IPs leaves by it (see the source rules `route
+dump` prints). Routes added through the API are not written back to the configuration:
 they are lost when ferruled restarts.";
 
 /// `ferrulectl route` subcommands.
@@ -139,16 +142,45 @@ pub fn render_routes(dump: &RouteDump) -> String {
     if dump.routes.is_empty() {
         return "no routes\n".to_string();
     }
-    let mut table = Table::new(["NETWORK", "PREFIX", "KIND", "PORT", "VIA", "SOURCE"]);
+    // A TABLE column only when some route is in another table than `main` (an ENI's).
+    let tables = dump.routes.iter().any(|r| r.table.is_some());
+    let mut headers = vec!["NETWORK"];
+    if tables {
+        headers.push("TABLE");
+    }
+    headers.extend(["PREFIX", "KIND", "PORT", "VIA", "SOURCE"]);
+    let mut table = Table::new(headers);
     for r in &dump.routes {
-        table.row([
-            r.network.clone(),
+        let mut row = vec![r.network.clone()];
+        if tables {
+            row.push(r.table.clone().unwrap_or_else(|| "main".into()));
+        }
+        row.extend([
             r.prefix.clone(),
             r.kind.clone(),
             or_dash(r.port.as_deref()),
             or_dash(r.via.as_deref()),
             r.source.clone(),
         ]);
+        table.row(row);
     }
-    table.to_string()
+    let mut out = table.to_string();
+    if !dump.rules.is_empty() {
+        out.push_str("\nsource rules (pod traffic out of an uplink, not masqueraded):\n");
+        for rule in &dump.rules {
+            out.push_str(&format!(
+                "  from {} lookup {} ({} device {}, network {})\n",
+                if rule.sources.is_empty() {
+                    "-".to_string()
+                } else {
+                    rule.sources.join(", ")
+                },
+                rule.table,
+                rule.eni,
+                rule.device_index,
+                rule.network
+            ));
+        }
+    }
+    out
 }

@@ -33,6 +33,7 @@ fn routes() -> RouteDump {
         port: port.map(str::to_string),
         via: via.map(str::to_string),
         source: source.to_string(),
+        table: None,
     };
     RouteDump {
         routes: vec![
@@ -57,6 +58,7 @@ fn routes() -> RouteDump {
             route("blue", "2001:db8:bad::/48", "blackhole", None, None, "api"),
             route("blue", "10.1.0.5/32", "port", Some("pod-web"), None, "pod"),
         ],
+        rules: vec![],
     }
 }
 

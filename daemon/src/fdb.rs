@@ -410,6 +410,7 @@ mod tests {
             pod_mac: pod_mac.map(EthernetAddress),
             local_v4: Vec::new(),
             local_v6: Vec::new(),
+            proxy_arp_v4: Vec::new(),
             xconnect: None,
             pod_sources: PodSources::default(),
             locked: false,

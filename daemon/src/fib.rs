@@ -1,14 +1,15 @@
 //! The control thread's master copy of the forwarding state: every network's routes
-//! (from the configuration, the API, ports' addresses and pods), the next-hop table,
-//! static and learned neighbours, and the ports — validated here, compiled into an
-//! immutable dataplane [`Snapshot`] on every change.
+//! (from the configuration, the API, ports' addresses and pods), the ENIs' source route
+//! tables, the next-hop table, static and learned neighbours, and the ports —
+//! validated here, compiled into an immutable dataplane [`Snapshot`] on every change.
 
 use crate::config::{Config, IpCidr, PortConfig, RouteTarget};
 use ferrule_dataplane::acl::table::AclTables;
 use ferrule_dataplane::lpm::{Lpm4, Lpm6, NextHop};
 use ferrule_dataplane::nat::SnatPolicy;
 use ferrule_dataplane::snapshot::{
-    Neighbor, Network, NextHopEntry, PodSources, PortRole, PortState, Snapshot,
+    Neighbor, Network, NextHopEntry, PodSources, PortRole, PortState, Snapshot, SourceRoutes,
+    SourceTable,
 };
 use ferrule_dataplane::wire::EthernetAddress;
 use rustc_hash::FxHashMap;
@@ -32,6 +33,8 @@ pub enum RouteSource {
     /// A user-defined network's plan: its egress through the uplink, its isolation
     /// from the other networks.
     Network,
+    /// An ENI's primary IP (`vpc.sync`), an address of Ferrule's own on the ENI's port.
+    Eni,
 }
 
 impl RouteSource {
@@ -43,6 +46,7 @@ impl RouteSource {
             RouteSource::Pod => "pod",
             RouteSource::Local => "local",
             RouteSource::Network => "network",
+            RouteSource::Eni => "eni",
         }
     }
 
@@ -161,7 +165,20 @@ pub struct Fib {
     locked_allow: Arc<Vec<IpCidr>>,
     /// The switched networks' segments and MAC tables (built by `fdb::Fdb`).
     switching: Arc<ferrule_dataplane::switching::Switching>,
+    /// The node's ENIs (`vpc.sync`) and what each added to the ports and tables.
+    enis: Vec<EniRecord>,
     generation: u64,
+}
+
+/// An ENI in force and what it brought: its primary IP added to its port's own
+/// addresses (unless the port had it) with a local route (unless one was there), and
+/// for a secondary ENI its table's next hop (the default via its subnet gateway).
+#[derive(Debug, Clone)]
+struct EniRecord {
+    eni: crate::vpc::Eni,
+    added_local: bool,
+    added_route: bool,
+    nh: Option<NextHop>,
 }
 
 /// Why a route or neighbour change was refused; the field it is about and the text.
@@ -213,6 +230,7 @@ impl Fib {
             locked: vec![false; cfg.ports.len()],
             locked_allow: Arc::new(cfg.udn.default_network_allow.clone()),
             switching: Arc::default(),
+            enis: Vec::new(),
             generation: 0,
         };
         for (i, p) in cfg.ports.iter().enumerate() {
@@ -296,6 +314,7 @@ impl Fib {
             pod_mac: p.pod_mac.map(EthernetAddress),
             local_v4,
             local_v6,
+            proxy_arp_v4: Vec::new(),
             xconnect,
             pod_sources: match role {
                 PortRole::Pod => PodSources::new(
@@ -423,6 +442,7 @@ impl Fib {
             pod_mac: None,
             local_v4: Vec::new(),
             local_v6: Vec::new(),
+            proxy_arp_v4: Vec::new(),
             xconnect: None,
             pod_sources: PodSources::default(),
             locked: false,
@@ -888,6 +908,120 @@ impl Fib {
             .collect()
     }
 
+    /// [`Fib::uplink_v4`] without the addresses the ENIs in force added.
+    pub fn uplink_v4_without_enis(&self) -> Vec<std::net::Ipv4Addr> {
+        let added: Vec<_> = self
+            .enis
+            .iter()
+            .filter(|r| r.added_local)
+            .map(|r| r.eni.primary_ip)
+            .collect();
+        self.uplink_v4()
+            .into_iter()
+            .filter(|a| !added.contains(a))
+            .collect()
+    }
+
+    /// The ENIs in force.
+    pub fn enis(&self) -> impl Iterator<Item = &crate::vpc::Eni> {
+        self.enis.iter().map(|r| &r.eni)
+    }
+
+    /// Whether a port is bound to an ENI.
+    pub fn eni_port(&self, port: u16) -> Option<&crate::vpc::Eni> {
+        self.enis().find(|e| e.port == port)
+    }
+
+    /// Replaces the ENIs (validated by [`crate::vpc::enis`] against these ports): each
+    /// ENI's primary IP becomes an address of its port (ARP, echo, a local route), its
+    /// secondary IPs are answered by proxy ARP on its port, and a secondary ENI's
+    /// table gets its next hop. On error nothing changes.
+    pub fn set_enis(&mut self, enis: &[crate::vpc::Eni]) -> Result<(), FibError> {
+        let saved = self.clone();
+        let result = self.replace_enis(enis);
+        if result.is_err() {
+            *self = saved;
+        }
+        result
+    }
+
+    fn replace_enis(&mut self, enis: &[crate::vpc::Eni]) -> Result<(), FibError> {
+        for old in std::mem::take(&mut self.enis) {
+            let port = usize::from(old.eni.port);
+            let primary = old.eni.primary_ip;
+            if old.added_local {
+                if let Some(p) = self.ports.get_mut(port) {
+                    p.local_v4.retain(|a| *a != primary);
+                }
+            }
+            if old.added_route {
+                self.remove_route_key(0, (IpAddr::V4(primary), 32));
+            }
+            if let Some(nh) = old.nh {
+                self.next_hops.release(nh);
+            }
+        }
+        for p in &mut self.ports {
+            p.proxy_arp_v4.clear();
+        }
+        for eni in enis {
+            let port = usize::from(eni.port);
+            let Some(state) = self.ports.get_mut(port) else {
+                return Err(err("port", format!("no port {port}")));
+            };
+            state.proxy_arp_v4.extend(eni.secondary_ips.iter().copied());
+            let added_local = !state.local_v4.contains(&eni.primary_ip);
+            if added_local {
+                state.local_v4.push(eni.primary_ip);
+            }
+            let net = state.network;
+            let key = (IpAddr::V4(eni.primary_ip), 32);
+            let added_route = !self.nets[usize::from(net)].routes.contains_key(&key);
+            if added_route {
+                self.insert(
+                    net,
+                    IpCidr::host(key.0),
+                    Route {
+                        entry: NextHopEntry::Local,
+                        source: RouteSource::Eni,
+                    },
+                )?;
+            }
+            let nh = (eni.device_index != 0).then(|| {
+                self.next_hops.acquire(NextHopEntry::Port {
+                    port: eni.port,
+                    via: Some(IpAddr::V4(eni.gateway)),
+                })
+            });
+            self.enis.push(EniRecord {
+                eni: eni.clone(),
+                added_local,
+                added_route,
+                nh,
+            });
+        }
+        Ok(())
+    }
+
+    /// The source route tables of the ENIs in force (none without a secondary ENI).
+    fn source_routes(&self) -> Option<Arc<SourceRoutes>> {
+        let mut routes = SourceRoutes::default();
+        for r in &self.enis {
+            let Some(nh) = r.nh else { continue };
+            let net = self.ports.get(usize::from(r.eni.port))?.network;
+            let t = routes.tables.len() as u16;
+            routes.tables.push(SourceTable {
+                name: r.eni.table(),
+                owner: format!("{} (device {})", r.eni.spec.id, r.eni.device_index),
+                nh,
+            });
+            for a in &r.eni.secondary_ips {
+                routes.v4.insert((net, u32::from(*a)), t);
+            }
+        }
+        (!routes.tables.is_empty()).then(|| Arc::new(routes))
+    }
+
     /// Replaces the segments and MAC tables the next generation carries.
     pub fn set_switching(&mut self, switching: Arc<ferrule_dataplane::switching::Switching>) {
         self.switching = switching;
@@ -942,6 +1076,7 @@ impl Fib {
             snat: Arc::clone(&self.snat),
             any_locked: self.locked.iter().any(|&l| l),
             switching: Arc::clone(&self.switching),
+            source_routes: self.source_routes(),
         };
         snap.resolve_gateways();
         snap.update_locked();

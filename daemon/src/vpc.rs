@@ -1,10 +1,12 @@
-//! The node's VPC state — primary IP(s), VPC CIDRs, SNAT exclusions, SNAT ports — as
-//! `vpc.sync` or the `[vpc]` section of the configuration give it, validated into the
-//! dataplane's [`SnatPolicy`], and shown back.
+//! The node's VPC state — primary IP(s), VPC CIDRs, SNAT exclusions, SNAT ports, the
+//! node's ENIs bound to uplink ports — as `vpc.sync` or the `[vpc]` section of the
+//! configuration give it, validated all or nothing into the dataplane's [`SnatPolicy`]
+//! and [`Eni`]s, and shown back.
 
-use ferrule_api::{VpcState, VpcSync};
+use ferrule_api::{VpcEni, VpcEniState, VpcState, VpcSync};
 use ferrule_dataplane::nat::{SnatPolicy, DEFAULT_PORTS, NODE_PORTS};
-use ferrule_dataplane::wire::Ipv4Cidr;
+use ferrule_dataplane::snapshot::{PortRole, PortState};
+use ferrule_dataplane::wire::{EthernetAddress, Ipv4Cidr};
 use std::net::Ipv4Addr;
 
 /// Why a VPC state was refused: the field (`node_ips[0]`, `snat_ports`, …) and why.
@@ -169,7 +171,230 @@ pub fn check_port_shares(ports: &[(u16, u16)], workers: u16) -> Result<usize, Vp
     }
 }
 
-/// The state in force, for `vpc.show`.
+/// An ENI of the node, validated and bound to its uplink port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Eni {
+    /// As `vpc.sync` gave it (shown back by `vpc.show`).
+    pub spec: VpcEni,
+    pub mac: EthernetAddress,
+    pub device_index: u32,
+    pub subnet: Ipv4Cidr,
+    pub gateway: Ipv4Addr,
+    pub primary_ip: Ipv4Addr,
+    pub secondary_ips: Vec<Ipv4Addr>,
+    /// The port index it is bound to.
+    pub port: u16,
+}
+
+impl Eni {
+    /// Its route table's name: `main` for the primary ENI (device index 0), else
+    /// `eni-<device index>`.
+    pub fn table(&self) -> String {
+        if self.device_index == 0 {
+            "main".into()
+        } else {
+            format!("eni-{}", self.device_index)
+        }
+    }
+}
+
+/// An IPv4 address inside `subnet`.
+fn addr_in(text: &str, subnet: &Ipv4Cidr, field: String) -> Result<Ipv4Addr, VpcError> {
+    let a: Ipv4Addr = text
+        .parse()
+        .map_err(|_| err(field.clone(), format!("{text:?} is not an IPv4 address")))?;
+    if !subnet.contains(a) {
+        return Err(err(
+            field,
+            format!("{a} is outside the ENI's subnet {subnet}"),
+        ));
+    }
+    Ok(a)
+}
+
+/// Validates the ENIs of a `vpc.sync` against the ports (indexed as the FIB holds
+/// them), binding each to its uplink port: an ID `eni-` and hex digits, a unicast MAC,
+/// unique device indexes with the primary (0) among them, an IPv4 subnet holding the
+/// gateway and every address, no address on two ENIs, the port an uplink of the
+/// default network (named, or the one with the ENI's MAC), no port bound twice.
+pub fn enis(spec: &VpcSync, ports: &[PortState]) -> Result<Vec<Eni>, VpcError> {
+    let mut out: Vec<Eni> = Vec::with_capacity(spec.enis.len());
+    // Every address seen so far and the ENI it is on.
+    let mut owners: Vec<(Ipv4Addr, usize)> = Vec::new();
+    for (i, e) in spec.enis.iter().enumerate() {
+        let f = |name: &str| format!("enis[{i}].{name}");
+        let hex = e.id.strip_prefix("eni-").unwrap_or("");
+        if hex.is_empty() || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(err(
+                f("id"),
+                format!("{:?} is not an ENI ID (`eni-` and hex digits)", e.id),
+            ));
+        }
+        if let Some(j) = out.iter().position(|o| o.spec.id == e.id) {
+            return Err(err(f("id"), format!("{} is also enis[{j}]", e.id)));
+        }
+        let mac: EthernetAddress = e
+            .mac
+            .parse()
+            .ok()
+            .filter(|m: &EthernetAddress| m.0[0] & 1 == 0 && m.0 != [0; 6])
+            .ok_or_else(|| {
+                err(
+                    f("mac"),
+                    format!("{:?} is not a unicast MAC address", e.mac),
+                )
+            })?;
+        if let Some(j) = out.iter().position(|o| o.device_index == e.device_index) {
+            return Err(err(
+                f("device_index"),
+                format!("device index {} is also enis[{j}]'s", e.device_index),
+            ));
+        }
+        let subnet = cidr(&e.subnet_cidr, f("subnet_cidr"))?;
+        let gateway = addr_in(&e.gateway, &subnet, f("gateway"))?;
+        let primary_ip = addr_in(&e.primary_ip, &subnet, f("primary_ip"))?;
+        let mut addrs = vec![(primary_ip, f("primary_ip"))];
+        let mut secondary_ips = Vec::with_capacity(e.secondary_ips.len());
+        for (k, text) in e.secondary_ips.iter().enumerate() {
+            let field = f(&format!("secondary_ips[{k}]"));
+            let a = addr_in(text, &subnet, field.clone())?;
+            secondary_ips.push(a);
+            addrs.push((a, field));
+        }
+        for (a, field) in addrs {
+            if a == gateway {
+                return Err(err(field, format!("{a} is the subnet's gateway")));
+            }
+            if let Some(&(_, j)) = owners.iter().find(|(b, _)| *b == a) {
+                let whose = if j == i {
+                    "given twice on this ENI".to_string()
+                } else {
+                    format!("also on enis[{j}] ({})", spec.enis[j].id)
+                };
+                return Err(err(field, format!("{a} is {whose}")));
+            }
+            owners.push((a, i));
+        }
+        let uplink = |p: &PortState| p.role == PortRole::Uplink && !p.name.is_empty();
+        let port = match &e.port {
+            Some(name) => {
+                let idx = ports
+                    .iter()
+                    .position(|p| p.name == *name && !name.is_empty())
+                    .ok_or_else(|| err(f("port"), format!("no port named {name:?}")))?;
+                if !uplink(&ports[idx]) {
+                    return Err(err(
+                        f("port"),
+                        format!("port {name:?} is a {} port, not an uplink", ports[idx].role),
+                    ));
+                }
+                idx
+            }
+            None => {
+                let found: Vec<usize> = (0..ports.len())
+                    .filter(|&k| uplink(&ports[k]) && ports[k].mac == mac)
+                    .collect();
+                match found[..] {
+                    [k] => k,
+                    [] => {
+                        return Err(err(
+                            f("port"),
+                            format!("no uplink port has the ENI's MAC {mac}: name the port"),
+                        ))
+                    }
+                    _ => {
+                        let names: Vec<&str> =
+                            found.iter().map(|&k| ports[k].name.as_str()).collect();
+                        return Err(err(
+                            f("port"),
+                            format!(
+                                "uplink ports {} all have the ENI's MAC {mac}: name the port",
+                                names.join(", ")
+                            ),
+                        ));
+                    }
+                }
+            }
+        };
+        if ports[port].network != 0 {
+            return Err(err(
+                f("port"),
+                format!(
+                    "port {:?} is not in the default network (ENIs are its uplinks)",
+                    ports[port].name
+                ),
+            ));
+        }
+        if let Some(j) = out.iter().position(|o| usize::from(o.port) == port) {
+            return Err(err(
+                f("port"),
+                format!(
+                    "port {:?} is already bound to enis[{j}] ({})",
+                    ports[port].name, spec.enis[j].id
+                ),
+            ));
+        }
+        out.push(Eni {
+            spec: e.clone(),
+            mac,
+            device_index: e.device_index,
+            subnet,
+            gateway,
+            primary_ip,
+            secondary_ips,
+            port: port as u16,
+        });
+    }
+    if !out.is_empty() && !out.iter().any(|e| e.device_index == 0) {
+        return Err(err(
+            "enis".into(),
+            "no primary ENI (device_index 0) among the ENIs given",
+        ));
+    }
+    Ok(out)
+}
+
+/// A `vpc.sync` validated whole: the SNAT policy and the ENIs bound to their ports.
+/// `uplink_addrs` are the IPv4 addresses Ferrule owns on uplink ports besides those the
+/// ENIs bring (their primary IPs count too). Without `node_ips`, the node IP is the
+/// primary ENI's primary IP.
+pub fn sync(
+    spec: &VpcSync,
+    ports: &[PortState],
+    uplink_addrs: &[Ipv4Addr],
+) -> Result<(SnatPolicy, Vec<Eni>), VpcError> {
+    let enis = enis(spec, ports)?;
+    let mut addrs = uplink_addrs.to_vec();
+    addrs.extend(enis.iter().map(|e| e.primary_ip));
+    let policy = match enis.iter().find(|e| e.device_index == 0) {
+        Some(primary) if spec.node_ips.is_empty() => {
+            let mut p = policy(spec, &addrs)?;
+            p.node_ips = vec![primary.primary_ip];
+            p
+        }
+        _ => policy(spec, &addrs)?,
+    };
+    Ok((policy, enis))
+}
+
+/// The state in force, for `vpc.show`: the policy and the ENIs with their ports' names.
+pub fn state_with(p: &SnatPolicy, enis: &[Eni], ports: &[PortState]) -> VpcState {
+    let mut s = state(p);
+    s.enis = enis
+        .iter()
+        .map(|e| VpcEniState {
+            eni: e.spec.clone(),
+            bound_port: ports
+                .get(usize::from(e.port))
+                .map(|p| p.name.clone())
+                .unwrap_or_default(),
+            table: e.table(),
+        })
+        .collect();
+    s
+}
+
+/// The SNAT policy's part of the state in force.
 pub fn state(p: &SnatPolicy) -> VpcState {
     VpcState {
         node_ips: p.node_ips.iter().map(Ipv4Addr::to_string).collect(),
@@ -292,6 +517,258 @@ mod tests {
             let e = policy(&s, &UPLINK).unwrap_err();
             assert_eq!(e.field, field, "{e:?}");
             assert!(e.message.contains(text), "{e:?}");
+        }
+    }
+
+    // ENIs.
+
+    fn port(name: &str, role: PortRole, mac: [u8; 6], network: u16) -> PortState {
+        PortState {
+            name: name.into(),
+            dpdk_id: 0,
+            role,
+            network,
+            mac: EthernetAddress(mac),
+            mtu: 1500,
+            pod_mac: None,
+            local_v4: vec![],
+            local_v6: vec![],
+            proxy_arp_v4: vec![],
+            xconnect: None,
+            pod_sources: Default::default(),
+            locked: false,
+        }
+    }
+
+    /// eth0 and eth1 (uplinks with the two ENIs' MACs), a pod port, an uplink in
+    /// another network, two uplinks sharing a MAC.
+    fn ports() -> Vec<PortState> {
+        vec![
+            port("eth0", PortRole::Uplink, [2, 0, 0, 0, 0, 0xa0], 0),
+            port("eth1", PortRole::Uplink, [2, 0, 0, 0, 0, 0xa1], 0),
+            port("pod", PortRole::Pod, [2, 0, 0, 0, 0, 0xa2], 0),
+            port("blue", PortRole::Uplink, [2, 0, 0, 0, 0, 0xa3], 1),
+            port("twin-a", PortRole::Uplink, [2, 0, 0, 0, 0, 0xa4], 0),
+            port("twin-b", PortRole::Uplink, [2, 0, 0, 0, 0, 0xa4], 0),
+        ]
+    }
+
+    fn eni(id: &str, mac: &str, index: u32, subnet: &str, secondaries: &[&str]) -> VpcEni {
+        let base = subnet.trim_end_matches("0/24");
+        VpcEni {
+            id: id.into(),
+            mac: mac.into(),
+            device_index: index,
+            subnet_cidr: subnet.into(),
+            gateway: format!("{base}1"),
+            primary_ip: format!("{base}10"),
+            secondary_ips: secondaries.iter().map(|s| s.to_string()).collect(),
+            port: None,
+        }
+    }
+
+    /// ENI 0 on eth0 (10.0.0.0/24) and ENI 1 on eth1 (10.0.1.0/24), found by MAC.
+    fn two_enis() -> VpcSync {
+        VpcSync {
+            vpc_cidrs: vec!["10.0.0.0/16".into()],
+            enis: vec![
+                eni(
+                    "eni-0a",
+                    "02:00:00:00:00:a0",
+                    0,
+                    "10.0.0.0/24",
+                    &["10.0.0.20", "10.0.0.21"],
+                ),
+                eni(
+                    "eni-1b",
+                    "02:00:00:00:00:a1",
+                    1,
+                    "10.0.1.0/24",
+                    &["10.0.1.20"],
+                ),
+            ],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn enis_bind_to_their_ports_and_give_the_node_ip() {
+        let (p, enis) = sync(&two_enis(), &ports(), &[]).expect("valid");
+        assert_eq!(
+            p.node_ips,
+            vec![Ipv4Addr::new(10, 0, 0, 10)],
+            "primary ENI's primary IP"
+        );
+        assert_eq!(enis.len(), 2);
+        assert_eq!((enis[0].port, enis[1].port), (0, 1));
+        assert_eq!(enis[1].gateway, Ipv4Addr::new(10, 0, 1, 1));
+        assert_eq!(
+            (enis[0].table(), enis[1].table()),
+            ("main".into(), "eni-1".into())
+        );
+        let s = state_with(&p, &enis, &ports());
+        assert_eq!(s.enis[1].bound_port, "eth1");
+        assert_eq!(s.enis[1].table, "eni-1");
+        assert_eq!(s.enis[1].eni, two_enis().enis[1]);
+        // A port named explicitly; node_ips given win over the ENI's primary IP.
+        let mut named = two_enis();
+        named.enis[1].port = Some("twin-a".into());
+        named.enis[1].mac = "02:00:00:00:00:b1".into();
+        named.node_ips = vec!["192.0.2.10".into()];
+        let (p, enis) = sync(&named, &ports(), &[Ipv4Addr::new(192, 0, 2, 10)]).expect("valid");
+        assert_eq!(enis[1].port, 4);
+        assert_eq!(p.node_ips, vec![Ipv4Addr::new(192, 0, 2, 10)]);
+        // node_ips may name an ENI's primary IP (it becomes an uplink address).
+        let mut own = two_enis();
+        own.node_ips = vec!["10.0.1.10".into()];
+        assert_eq!(
+            sync(&own, &ports(), &[]).expect("valid").0.node_ips,
+            vec![Ipv4Addr::new(10, 0, 1, 10)]
+        );
+        // No ENIs: as before.
+        assert!(sync(&spec(&[], &[], None), &ports(), &[])
+            .expect("valid")
+            .1
+            .is_empty());
+    }
+
+    #[test]
+    fn eni_refusals_name_the_field() {
+        type Edit = fn(&mut VpcSync);
+        let cases: Vec<(Edit, &str, &str)> = vec![
+            (
+                |s| s.enis[1].id = "eni-xyz".into(),
+                "enis[1].id",
+                "not an ENI ID",
+            ),
+            (
+                |s| s.enis[0].id = "vol-0a".into(),
+                "enis[0].id",
+                "not an ENI ID",
+            ),
+            (
+                |s| s.enis[1].id = "eni-0a".into(),
+                "enis[1].id",
+                "also enis[0]",
+            ),
+            (
+                |s| s.enis[1].mac = "02:00:00:00:00".into(),
+                "enis[1].mac",
+                "not a unicast MAC",
+            ),
+            (
+                |s| s.enis[1].mac = "01:00:5e:00:00:01".into(),
+                "enis[1].mac",
+                "not a unicast MAC",
+            ),
+            (
+                |s| s.enis[1].device_index = 0,
+                "enis[1].device_index",
+                "also enis[0]'s",
+            ),
+            (|s| s.enis[0].device_index = 2, "enis", "no primary ENI"),
+            (
+                |s| s.enis[1].subnet_cidr = "10.0.1.0".into(),
+                "enis[1].subnet_cidr",
+                "not an IPv4 CIDR",
+            ),
+            (
+                |s| s.enis[1].subnet_cidr = "fd00::/64".into(),
+                "enis[1].subnet_cidr",
+                "not an IPv4 address",
+            ),
+            (
+                |s| s.enis[1].subnet_cidr = "10.0.1.1/24".into(),
+                "enis[1].subnet_cidr",
+                "host bits",
+            ),
+            (
+                |s| s.enis[1].gateway = "10.0.2.1".into(),
+                "enis[1].gateway",
+                "outside the ENI's subnet 10.0.1.0/24",
+            ),
+            (
+                |s| s.enis[1].gateway = "gw".into(),
+                "enis[1].gateway",
+                "not an IPv4 address",
+            ),
+            (
+                |s| s.enis[1].primary_ip = "10.0.0.10".into(),
+                "enis[1].primary_ip",
+                "outside the ENI's subnet",
+            ),
+            (
+                |s| s.enis[1].primary_ip = "10.0.1.1".into(),
+                "enis[1].primary_ip",
+                "the subnet's gateway",
+            ),
+            (
+                |s| s.enis[0].secondary_ips[1] = "10.0.9.9".into(),
+                "enis[0].secondary_ips[1]",
+                "outside",
+            ),
+            (
+                |s| s.enis[0].secondary_ips[1] = "10.0.0.20".into(),
+                "enis[0].secondary_ips[1]",
+                "given twice on this ENI",
+            ),
+            (
+                |s| s.enis[0].secondary_ips[1] = "10.0.0.10".into(),
+                "enis[0].secondary_ips[1]",
+                "given twice on this ENI",
+            ),
+            (
+                |s| {
+                    s.enis[1].subnet_cidr = "10.0.0.0/16".into();
+                    s.enis[1].gateway = "10.0.0.1".into();
+                    s.enis[1].primary_ip = "10.0.1.10".into();
+                    s.enis[1].secondary_ips = vec!["10.0.0.21".into()];
+                },
+                "enis[1].secondary_ips[0]",
+                "also on enis[0] (eni-0a)",
+            ),
+            (
+                |s| s.enis[1].port = Some("eth9".into()),
+                "enis[1].port",
+                "no port named \"eth9\"",
+            ),
+            (
+                |s| s.enis[1].port = Some("pod".into()),
+                "enis[1].port",
+                "a pod port, not an uplink",
+            ),
+            (
+                |s| s.enis[1].port = Some("blue".into()),
+                "enis[1].port",
+                "not in the default network",
+            ),
+            (
+                |s| s.enis[1].port = Some("eth0".into()),
+                "enis[1].port",
+                "already bound to enis[0] (eni-0a)",
+            ),
+            (
+                |s| s.enis[1].mac = "02:00:00:00:00:ee".into(),
+                "enis[1].port",
+                "no uplink port has the ENI's MAC",
+            ),
+            (
+                |s| s.enis[1].mac = "02:00:00:00:00:a4".into(),
+                "enis[1].port",
+                "twin-a, twin-b",
+            ),
+            (
+                |s| s.node_ips = vec!["10.0.1.20".into()],
+                "node_ips[0]",
+                "not an address of an uplink port",
+            ),
+        ];
+        for (edit, field, text) in cases {
+            let mut s = two_enis();
+            edit(&mut s);
+            let e = sync(&s, &ports(), &[]).expect_err(field);
+            assert_eq!(e.field, field, "{e:?}");
+            assert!(e.message.contains(text), "{field}: {e:?}");
         }
     }
 }

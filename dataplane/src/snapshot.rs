@@ -1,5 +1,6 @@
 //! One immutable generation of forwarding state — ports, networks (VRFs) with their
-//! route tables, next hops, neighbours, ACL tables and the SNAT policy — built by the control thread and read by
+//! route tables, source route tables (ENIs), next hops, neighbours, ACL tables and the
+//! SNAT policy — built by the control thread and read by
 //! every worker once per poll round. A new generation is published as a whole; workers
 //! never see a half-applied change.
 
@@ -67,6 +68,10 @@ pub struct PortState {
     pub local_v4: Vec<Ipv4Addr>,
     /// IPv6 addresses Ferrule owns on this port (NS/NA and ICMPv6 echo).
     pub local_v6: Vec<Ipv6Addr>,
+    /// Addresses Ferrule answers ARP requests for on this port without owning them
+    /// (proxy ARP): an ENI's secondary IPs on the ENI's port, which the VPC delivers to
+    /// the ENI and Ferrule routes on to the pods. Nothing else is done for them here.
+    pub proxy_arp_v4: Vec<Ipv4Addr>,
     /// Cross-connect peer: packets skip the pipeline and go straight there.
     pub xconnect: Option<u16>,
     /// Pod ports: the MAC and the source addresses the pod may send from (`pod_mac`, its
@@ -88,6 +93,12 @@ impl PortState {
 
     pub fn owns_v6(&self, a: Ipv6Addr) -> bool {
         self.local_v6.contains(&a)
+    }
+
+    /// Whether Ferrule answers ARP for `a` on this port: one of its own addresses or a
+    /// proxied one.
+    pub fn answers_arp(&self, a: Ipv4Addr) -> bool {
+        self.owns_v4(a) || self.proxy_arp_v4.contains(&a)
     }
 }
 
@@ -306,6 +317,43 @@ pub struct Snapshot {
     /// Layer-2 segments (switched networks) and their MAC tables; empty when every
     /// network is routed only.
     pub switching: Arc<Switching>,
+    /// Source routing (the ENIs' route tables); `None` when there is none, and then the
+    /// route stage never looks at a packet's source.
+    pub source_routes: Option<Arc<SourceRoutes>>,
+}
+
+/// A route table chosen by a packet's source address rather than the network's main
+/// table: ENI k's (`eni-<k>`, the AWS VPC CNI's `ip rule from <pod IP> lookup eni-k`),
+/// with one route, the default via the ENI's subnet gateway out of the ENI's port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceTable {
+    /// The table's name (`eni-1`).
+    pub name: String,
+    /// What it belongs to, for traces (`eni-0abc (device 1)`).
+    pub owner: String,
+    /// Its default route's next hop (an index into [`Snapshot::next_hops`]: a port
+    /// and a gateway).
+    pub nh: NextHop,
+}
+
+/// The source route tables of a generation and the IPv4 sources that select them, per
+/// network. A packet from a listed source in that network uses the table instead of
+/// the main one when the main table would send it out of an uplink and it does not
+/// leave masqueraded (see `pipeline::route`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SourceRoutes {
+    pub tables: Vec<SourceTable>,
+    /// (network, IPv4 source in host order) → index in `tables`.
+    pub v4: FxHashMap<(u16, u32), u16>,
+}
+
+impl SourceRoutes {
+    /// The table a packet of `network` from IPv4 source `src` (host order) selects.
+    #[inline]
+    pub fn table_v4(&self, network: u16, src: u32) -> Option<&SourceTable> {
+        let &t = self.v4.get(&(network, src))?;
+        self.tables.get(usize::from(t))
+    }
 }
 
 impl Snapshot {
@@ -327,6 +375,7 @@ impl Snapshot {
             locked_allow: Arc::new(Vec::new()),
             any_locked: false,
             switching: Arc::default(),
+            source_routes: None,
         }
     }
 

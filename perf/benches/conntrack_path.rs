@@ -210,6 +210,7 @@ fn snapshot(ct_on: bool) -> Snapshot {
         pod_mac,
         local_v4: vec![local],
         local_v6: Vec::new(),
+        proxy_arp_v4: Vec::new(),
         xconnect: None,
         pod_sources: PodSources::default(),
         locked: false,
@@ -272,6 +273,7 @@ fn snapshot(ct_on: bool) -> Snapshot {
         locked_allow: Default::default(),
         any_locked: false,
         switching: Default::default(),
+        source_routes: None,
     };
     // The pod port stands for the 250 pods (10.0.0.1-250): they send from 10.0.0.0/24
     // (`allowed_addresses`), through port security like any pod.

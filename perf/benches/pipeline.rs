@@ -5,7 +5,9 @@
 //! version/IHL, bulk lookup, TTL and checksum, MACs) on the same frames and routes,
 //! Ferrule's pipeline again with a 1,000-rule ingress ACL table on the input port, and
 //! again with the input port a pod port whose pod sends the frames (the routed pod
-//! path: port security checks each frame's source MAC and address).
+//! path: port security checks each frame's source MAC and address), and that pod's
+//! address a secondary IP of a secondary ENI (the per-ENI egress path: the frames
+//! leave by the ENI's table).
 //!
 //! `cargo bench -p ferrule-perf --bench pipeline -- --warm-up-time 1 --measurement-time 3`
 
@@ -17,7 +19,8 @@ use ferrule_dataplane::dpdk::Eal;
 use ferrule_dataplane::lpm::{Lpm4, Lpm6};
 use ferrule_dataplane::pipeline::{self, Action, NoTrace, Scratch};
 use ferrule_dataplane::snapshot::{
-    Neighbor, Network, NextHopEntry, PodSources, PortRole, PortState, Snapshot,
+    Neighbor, Network, NextHopEntry, PodSources, PortRole, PortState, Snapshot, SourceRoutes,
+    SourceTable,
 };
 use ferrule_dataplane::wire::{checksum, EthernetAddress};
 use ferrule_perf::routes::{v4_addrs, v4_routes};
@@ -101,6 +104,7 @@ fn snapshot(routes: &[(u32, u8, u32)]) -> Snapshot {
         pod_mac: None,
         local_v4: vec![Ipv4Addr::new(169, 254, 1, 1)],
         local_v6: Vec::new(),
+        proxy_arp_v4: Vec::new(),
         xconnect: None,
         pod_sources: PodSources::default(),
         locked: false,
@@ -127,6 +131,7 @@ fn snapshot(routes: &[(u32, u8, u32)]) -> Snapshot {
         locked_allow: Default::default(),
         any_locked: false,
         switching: Default::default(),
+        source_routes: None,
     };
     snap.resolve_gateways();
     snap
@@ -337,6 +342,44 @@ fn bench(c: &mut Criterion) {
             })
         })
     });
+    // The pod's source a secondary IP of a secondary ENI (port 2): every frame leaves
+    // by the ENI's table (its port, its gateway) instead of the main table's uplink.
+    let eni_snap = with_eni(&pod_snap);
+    for chunk in frames.chunks(BURST).take(64) {
+        let mut a = chunk.to_vec();
+        pipeline::process_burst(
+            &eni_snap,
+            0,
+            a.as_mut_slice(),
+            &mut actions[..chunk.len()],
+            &mut scratch,
+            None,
+            &mut NoTrace,
+        );
+        assert!(
+            actions[..chunk.len()]
+                .iter()
+                .all(|x| *x == Action::Forward { port: 2 }),
+            "every frame from the pod leaves by its ENI: {actions:?}"
+        );
+    }
+    g.bench_function("ferrule_pipeline_eni_burst32", |b| {
+        b.iter_custom(|iters| {
+            run(iters, &mut |burst| {
+                let mut slots = Slots(burst);
+                pipeline::process_burst(
+                    &eni_snap,
+                    0,
+                    &mut slots,
+                    &mut actions,
+                    &mut scratch,
+                    None,
+                    &mut NoTrace,
+                );
+                black_box(&actions);
+            })
+        })
+    });
     if baseline {
         g.bench_function("l3fwd_rte_lpm_burst32", |b| {
             b.iter_custom(|iters| {
@@ -356,6 +399,47 @@ fn as_pod(snap: &Snapshot) -> Snapshot {
     p.role = PortRole::Pod;
     p.pod_mac = Some(EthernetAddress(SRC_MAC));
     p.pod_sources = PodSources::new(p.pod_mac, &[IpAddr::V4(SRC_IP)], &[]);
+    out
+}
+
+/// `snap` (from [`as_pod`]) with port 2 a secondary ENI's uplink, its gateway resolved,
+/// and the pod's address one of its secondary IPs: table `eni-1` (the default via the
+/// gateway out of port 2) is chosen by the frames' source.
+fn with_eni(snap: &Snapshot) -> Snapshot {
+    const ENI_MAC: [u8; 6] = [2, 0xfe, 0, 0, 0, 3];
+    let gw = IpAddr::V4(Ipv4Addr::new(10, 0, 1, 1));
+    let mut out = snap.clone();
+    let mut eni = out.ports[1].clone();
+    eni.name = "eni1".into();
+    eni.mac = EthernetAddress(ENI_MAC);
+    eni.local_v4 = vec![Ipv4Addr::new(10, 0, 1, 10)];
+    eni.proxy_arp_v4 = vec![SRC_IP];
+    out.ports.push(eni);
+    let mut hops = (*out.next_hops).clone();
+    hops.push(NextHopEntry::Port {
+        port: 2,
+        via: Some(gw),
+    });
+    let nh = (hops.len() - 1) as u32;
+    out.next_hops = Arc::new(hops);
+    let mut neighbors = (*out.neighbors).clone();
+    neighbors.insert(
+        (0, gw),
+        Neighbor {
+            mac: EthernetAddress([2, 0, 0, 0, 0xe1, 1]),
+            port: 2,
+        },
+    );
+    out.neighbors = Arc::new(neighbors);
+    out.resolve_gateways();
+    let mut routes = SourceRoutes::default();
+    routes.tables.push(SourceTable {
+        name: "eni-1".into(),
+        owner: "eni-0b1 (device 1)".into(),
+        nh,
+    });
+    routes.v4.insert((0, u32::from(SRC_IP)), 0);
+    out.source_routes = Some(Arc::new(routes));
     out
 }
 

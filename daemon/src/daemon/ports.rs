@@ -380,6 +380,15 @@ impl Daemon {
                 format!("port {:?} is another port's cross-connect", p.name),
             ));
         }
+        if let Some(eni) = self.state.fib.eni_port(index as u16) {
+            return Err(bad(
+                "name",
+                format!(
+                    "port {:?} is ENI {}'s interface: send vpc.sync without it first",
+                    p.name, eni.spec.id
+                ),
+            ));
+        }
         // 1. Out of the workers' hands: no queue polled, nothing sent to it, no route.
         let mut jobs = self.state.shared.jobs();
         for w in &mut jobs {

@@ -88,7 +88,7 @@ impl NodeState {
             None => (0..self.fib.network_count() as u16).collect(),
         };
         let ports = self.fib.ports();
-        let mut routes = Vec::new();
+        let (mut routes, mut rules) = (Vec::new(), Vec::new());
         for net in nets {
             for (prefix, r) in self.fib.routes(net) {
                 let (kind, port, via) = match r.entry {
@@ -108,10 +108,36 @@ impl NodeState {
                     port,
                     via,
                     source: r.source.name().to_string(),
+                    table: None,
+                });
+            }
+            // The secondary ENIs' tables of this network: a default route each.
+            for eni in self.fib.enis().filter(|e| e.device_index != 0) {
+                let Some(port) = ports.get(usize::from(eni.port)) else {
+                    continue;
+                };
+                if port.network != net {
+                    continue;
+                }
+                routes.push(api::RouteEntry {
+                    network: self.fib.network_name(net).to_string(),
+                    prefix: "0.0.0.0/0".into(),
+                    kind: "port".into(),
+                    port: Some(port.name.clone()),
+                    via: Some(eni.gateway.to_string()),
+                    source: "eni".into(),
+                    table: Some(eni.table()),
+                });
+                rules.push(api::SourceRule {
+                    network: self.fib.network_name(net).to_string(),
+                    table: eni.table(),
+                    eni: eni.spec.id.clone(),
+                    device_index: eni.device_index,
+                    sources: eni.secondary_ips.iter().map(|a| a.to_string()).collect(),
                 });
             }
         }
-        to_value(api::RouteDump { routes })
+        to_value(api::RouteDump { routes, rules })
     }
 
     pub(super) fn neigh_add(&mut self, params: &Value) -> Result<Value, RpcError> {

@@ -23,8 +23,9 @@ const ICMPV6_NA: u8 = 136;
 /// Hop limit of packets Ferrule originates.
 pub const LOCAL_TTL: u8 = 64;
 
-/// ARP on `port`: requests for our addresses are answered, replies to us are punted to
-/// be learned, anything else is dropped.
+/// ARP on `port`: requests for our addresses (and the port's proxied ones,
+/// [`PortState::proxy_arp_v4`]) are answered, replies to us are punted to be learned,
+/// anything else is dropped.
 pub fn arp<T: Tracer>(port: &PortState, frame: &mut [u8], t: &mut T) -> Action {
     let l3 = &mut frame[14..];
     let Ok(mut arp) = ArpPacket::new_checked(&mut *l3) else {
@@ -42,7 +43,7 @@ pub fn arp<T: Tracer>(port: &PortState, frame: &mut [u8], t: &mut T) -> Action {
     let target = arp.target_protocol_addr();
     let sender_ip = arp.source_protocol_addr();
     let sender_mac = arp.source_hardware_addr();
-    if op == ArpOperation::Request && port.owns_v4(target) {
+    if op == ArpOperation::Request && port.answers_arp(target) {
         arp.set_operation(ArpOperation::Reply);
         arp.set_target_hardware_addr(sender_mac);
         arp.set_target_protocol_addr(sender_ip);

@@ -7,7 +7,10 @@
 //! ICMP error). A route to a port of another network than the packet's is a crossing,
 //! allowed only for a user-defined network's masqueraded egress through an uplink of
 //! the default network ([`crossing`]); packets from or to a locked port pass only as
-//! [`locked`] says.
+//! [`locked`] says. With source route tables (ENIs, [`Snapshot::source_routes`]) a
+//! pod's packet from a source that selects one leaves by that table instead when the
+//! main table would send it out of an uplink and it does not leave masqueraded
+//! ([`by_source`]).
 
 use super::burst::{Burst, Scratch};
 use super::ct::{self, CtMark};
@@ -17,7 +20,7 @@ use super::{
 use crate::conntrack::Conntrack;
 use crate::counters::DropReason;
 use crate::lpm;
-use crate::snapshot::{NextHopEntry, PortRole, PortState, Snapshot};
+use crate::snapshot::{NextHopEntry, PortRole, PortState, Snapshot, SourceRoutes};
 use std::net::IpAddr;
 
 /// The stage, over the packets `s.ok` lists. With one network and no locked port (the
@@ -27,7 +30,8 @@ use std::net::IpAddr;
 pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
     // (The burst's parts are passed one by one: the context itself, passed to a function
     // that is not inlined, would have to live in memory for the whole burst.)
-    b.n_routed = if b.snap.networks.len() > 1 || b.snap.any_locked {
+    b.n_routed = if b.snap.networks.len() > 1 || b.snap.any_locked || b.snap.source_routes.is_some()
+    {
         route_networks(
             b.snap,
             b.port,
@@ -52,10 +56,10 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
     };
 }
 
-/// The stage when the snapshot has more than one network or a locked port: each
-/// packet looked up in its own network (a reply translated back into a user-defined
-/// network is not in the input port's), then [`network_checks`]. Out of line, so that
-/// the common case keeps its registers.
+/// The stage when the snapshot has more than one network, a locked port or source
+/// route tables: each packet looked up in its own network (a reply translated back
+/// into a user-defined network is not in the input port's), then [`network_checks`]
+/// and [`by_source`]. Out of line, so that the common case keeps its registers.
 #[allow(clippy::too_many_arguments)]
 #[inline(never)]
 fn route_networks<F: Frames + ?Sized, T: Tracer>(
@@ -73,9 +77,9 @@ fn route_networks<F: Frames + ?Sized, T: Tracer>(
 
 /// Routes the `n_ok` packets `s.ok` lists: one batched IPv4 lookup in the input port's
 /// network, the rest (IPv6, and with `NETWORKS` the packets of another network) one by
-/// one; with `NETWORKS`, the network checks after each lookup (`ct`: the worker's
-/// conntrack when it is active this burst). Returns how many were routed to a port
-/// (listed in `s.routed`).
+/// one; with `NETWORKS`, the network checks and the source route tables after each
+/// lookup (`ct`: the worker's conntrack when it is active this burst). Returns how many
+/// were routed to a port (listed in `s.routed`).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn route_all<F: Frames + ?Sized, T: Tracer, const NETWORKS: bool>(
@@ -135,8 +139,8 @@ fn route_all<F: Frames + ?Sized, T: Tracer, const NETWORKS: bool>(
             frames.frame_mut(i),
             t,
         ) {
-            Ok(hop) => {
-                s.hop[i] = hop;
+            Ok((out, via, nh)) => {
+                s.hop[i] = (out, via);
                 s.nh[i] = nh;
                 s.routed[n_routed] = i as u16;
                 n_routed += 1;
@@ -171,8 +175,9 @@ fn v4_octets(mapped: &[u8; 16]) -> [u8; 4] {
 }
 
 /// Route, given the looked-up next hop (in the packet's network,
-/// `parsed.key.network`): `Ok((output port, gateway))` for a packet to send on, else
-/// the action that ends its path here.
+/// `parsed.key.network`): `Ok((output port, gateway, next hop))` for a packet to send
+/// on (the next hop `nh`, or a source route table's), else the action that ends its
+/// path here.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn route<T: Tracer, const NETWORKS: bool>(
@@ -184,7 +189,7 @@ fn route<T: Tracer, const NETWORKS: bool>(
     nh: u32,
     frame: &mut [u8],
     t: &mut T,
-) -> Result<(u16, Option<IpAddr>), Action> {
+) -> Result<(u16, Option<IpAddr>, u32), Action> {
     let dst = parsed.key.dst_ip();
     let network = parsed.key.network;
     let Some(entry) = (nh != lpm::NO_ROUTE).then(|| snap.next_hop(nh)).flatten() else {
@@ -232,7 +237,15 @@ fn route<T: Tracer, const NETWORKS: bool>(
         return Err(Action::Drop(DropReason::NoRoute));
     };
     if NETWORKS {
-        network_checks(snap, port, out_port, parsed, marks, ct, frame, t)?;
+        if out_port.network != network || port.locked || out_port.locked {
+            network_checks(snap, port, out_port, parsed, marks, ct, frame, t)?;
+        }
+        if let Some(routes) = snap.source_routes.as_deref() {
+            if let Some(hop) = by_source(snap, routes, port, out_port, parsed, marks, ct, frame, t)
+            {
+                return Ok(hop);
+            }
+        }
     }
     trace!(
         t,
@@ -244,7 +257,77 @@ fn route<T: Tracer, const NETWORKS: bool>(
         via.map(|v| format!(" via {v}"))
             .unwrap_or_else(|| " (on-link)".into())
     );
-    Ok((out, via))
+    Ok((out, via, nh))
+}
+
+/// The source route table (an ENI's, `eni-<k>`) a packet routed by the main table to
+/// `output` leaves by, if any: only a pod's IPv4 packet from a source that selects one
+/// ([`SourceRoutes::table_v4`]), which the main table sends out of an uplink, and which
+/// does not leave masqueraded. Traffic to pods, the host or Ferrule's addresses stays
+/// on the main table, and so does masqueraded traffic: it leaves by the main table
+/// (the primary ENI) with the node IP as its source, as the AWS VPC CNI does, because
+/// EC2 drops a packet whose source is not an address of the ENI it leaves by. Returns
+/// the table's default route: `(its port, its gateway, its next hop)`.
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+fn by_source<T: Tracer>(
+    snap: &Snapshot,
+    routes: &SourceRoutes,
+    input: &PortState,
+    output: &PortState,
+    parsed: &Parsed,
+    (marks, i): Marks<'_>,
+    ct: Option<&Conntrack>,
+    frame: &[u8],
+    t: &mut T,
+) -> Option<(u16, Option<IpAddr>, u32)> {
+    if parsed.is_ipv6() || input.role != PortRole::Pod {
+        return None;
+    }
+    let table = routes.table_v4(parsed.key.network, parsed.key.src_v4())?;
+    if output.role != PortRole::Uplink {
+        trace!(
+            t,
+            Stage::Route,
+            "source {} selects table {} of {}, but {} goes to {} port {}: table main",
+            parsed.key.src_ip(),
+            table.name,
+            table.owner,
+            parsed.key.dst_ip(),
+            output.role,
+            output.name
+        );
+        return None;
+    }
+    if ct.is_some_and(|ct| ct::masqueraded_egress(snap, ct, input, output, parsed, marks[i], frame))
+    {
+        trace!(
+            t,
+            Stage::Route,
+            "source {} selects table {} of {}, but {} is outside the VPC and masqueraded to the node IP: table main",
+            parsed.key.src_ip(),
+            table.name,
+            table.owner,
+            parsed.key.dst_ip()
+        );
+        return None;
+    }
+    let Some(&NextHopEntry::Port { port, via }) = snap.next_hop(table.nh) else {
+        return None;
+    };
+    trace!(
+        t,
+        Stage::Route,
+        "source {} is a secondary IP of {}: table {} -> port {}{}",
+        parsed.key.src_ip(),
+        table.owner,
+        table.name,
+        snap.ports
+            .get(usize::from(port))
+            .map_or("?", |p| p.name.as_str()),
+        via.map(|v| format!(" via {v}")).unwrap_or_default()
+    );
+    Some((port, via, table.nh))
 }
 
 /// The checks of a packet routed to `output` when the snapshot has more than one
@@ -646,6 +729,223 @@ mod tests {
         assert_eq!(
             verdict(&open, POD, from_locked([8, 8, 8, 8])).0,
             Action::Forward { port: UPLINK }
+        );
+    }
+
+    // Source route tables (ENIs).
+
+    use crate::snapshot::{Neighbor, SourceRoutes, SourceTable};
+    use crate::wire::Ipv4Cidr;
+
+    const ENI1: u16 = 2;
+    const POD_C: u16 = 3;
+    const ENI1_MAC: [u8; 6] = [2, 0xfe, 0, 0, 0, 0xe1];
+    const ENI1_GW: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 1);
+    const ENI1_GW_MAC: [u8; 6] = [2, 0, 0, 0, 0xe1, 1];
+    const POD_C_MAC: [u8; 6] = [2, 0, 0, 0, 1, 3];
+
+    /// [`testing::snapshot`] (pod 10.1.0.2 on port 0, uplink 1 with node IP 192.0.2.10
+    /// and the default route via 192.0.2.1) plus uplink 2 `eni1` (ENI 1's port, its
+    /// primary 10.0.1.10, its gateway 10.0.1.1 resolved) and pod port 3 (10.1.0.3);
+    /// SNAT on with the VPC 10.0.0.0/8; with `eni`, the pod's source 10.1.0.2 selects
+    /// table eni-1 (the default via 10.0.1.1 out of `eni1`).
+    fn eni_snapshot(eni: bool) -> Snapshot {
+        let mut snap = testing::snapshot();
+        let mut eni1 = snap.ports[usize::from(UPLINK)].clone();
+        eni1.name = "eni1".into();
+        eni1.mac = crate::wire::EthernetAddress(ENI1_MAC);
+        eni1.local_v4 = vec![Ipv4Addr::new(10, 0, 1, 10)];
+        eni1.proxy_arp_v4 = vec![Ipv4Addr::new(10, 1, 0, 2)];
+        snap.ports.push(eni1);
+        let mut pod_c = snap.ports[usize::from(POD)].clone();
+        pod_c.name = "pod-c".into();
+        pod_c.pod_mac = Some(crate::wire::EthernetAddress(POD_C_MAC));
+        pod_c.pod_sources =
+            super::super::port_security::sources(Some(POD_C_MAC), &["10.1.0.3"], &[]);
+        snap.ports.push(pod_c);
+        let mut hops = (*snap.next_hops).clone();
+        hops.push(NextHopEntry::Port {
+            port: ENI1,
+            via: Some(IpAddr::V4(ENI1_GW)),
+        });
+        hops.push(NextHopEntry::Port {
+            port: POD_C,
+            via: None,
+        });
+        snap.next_hops = Arc::new(hops);
+        let mut lpm = (*snap.networks[0].lpm4).clone();
+        lpm.insert(Ipv4Addr::new(10, 1, 0, 3), 32, 4)
+            .expect("route");
+        snap.networks[0].lpm4 = Arc::new(lpm);
+        let mut neighbors = (*snap.neighbors).clone();
+        neighbors.insert(
+            (0, IpAddr::V4(ENI1_GW)),
+            Neighbor {
+                mac: crate::wire::EthernetAddress(ENI1_GW_MAC),
+                port: ENI1,
+            },
+        );
+        snap.neighbors = Arc::new(neighbors);
+        snap.resolve_gateways();
+        snap.snat = Arc::new(crate::nat::SnatPolicy {
+            node_ips: vec![testing::NODE],
+            vpc_cidrs: vec![Ipv4Cidr::new(Ipv4Addr::new(10, 0, 0, 0), 8).expect("cidr")],
+            ..Default::default()
+        });
+        if eni {
+            let mut routes = SourceRoutes::default();
+            routes.tables.push(SourceTable {
+                name: "eni-1".into(),
+                owner: "eni-0abc (device 1)".into(),
+                nh: 3,
+            });
+            routes
+                .v4
+                .insert((0, u32::from(Ipv4Addr::new(10, 1, 0, 2))), 0);
+            snap.source_routes = Some(Arc::new(routes));
+        }
+        snap
+    }
+
+    /// A TCP SYN from the pod (10.1.0.2) to `dst`.
+    fn from_pod(dst: [u8; 4]) -> Vec<u8> {
+        testing::tcp4(
+            POD_MAC,
+            testing::GW_MAC,
+            Ipv4Addr::new(10, 1, 0, 2),
+            Ipv4Addr::from(dst),
+            40000,
+            80,
+            SYN,
+            1,
+            0,
+        )
+    }
+
+    /// Runs one frame from `port` with conntrack: the verdict, the frame as it
+    /// leaves, the trace lines.
+    fn run_eni(snap: &Snapshot, port: u16, mut frame: Vec<u8>) -> (Action, Vec<u8>, Vec<String>) {
+        let mut ct = conntrack();
+        let mut rec = Recorder::default();
+        let action = process_ct(snap, port, &mut frame, Some(&mut ct), &mut rec);
+        let lines = rec
+            .stages
+            .iter()
+            .map(|(s, d)| format!("{} {}", s.name(), d))
+            .collect();
+        (action, frame, lines)
+    }
+
+    #[test]
+    fn a_pod_on_an_eni_reaches_the_vpc_through_its_eni_and_gateway() {
+        let snap = eni_snapshot(true);
+        let (action, frame, lines) = run_eni(&snap, POD, from_pod([10, 0, 9, 9]));
+        assert_eq!(action, Action::Forward { port: ENI1 }, "{lines:#?}");
+        assert_eq!(frame[0..6], ENI1_GW_MAC, "to ENI 1's gateway");
+        assert_eq!(frame[6..12], ENI1_MAC, "from ENI 1's port");
+        assert_eq!(frame[26..30], [10, 1, 0, 2], "the pod's own address");
+        assert!(
+            lines.iter().any(|l| l
+                == "route source 10.1.0.2 is a secondary IP of eni-0abc (device 1): table eni-1 -> port eni1 via 10.0.1.1"),
+            "{lines:#?}"
+        );
+        // Without the source tables the same packet leaves by the main table's uplink.
+        let (action, frame, _) = run_eni(&eni_snapshot(false), POD, from_pod([10, 0, 9, 9]));
+        assert_eq!(action, Action::Forward { port: UPLINK });
+        assert_eq!(frame[0..6], testing::ROUTER_MAC);
+        // Without conntrack (nothing is masqueraded) the ENI table applies too.
+        let mut f = from_pod([10, 0, 9, 9]);
+        assert_eq!(
+            process(&snap, POD, &mut f, &mut NoTrace),
+            Action::Forward { port: ENI1 }
+        );
+    }
+
+    #[test]
+    fn traffic_to_pods_stays_on_the_main_table() {
+        let snap = eni_snapshot(true);
+        let (action, frame, lines) = run_eni(&snap, POD, from_pod([10, 1, 0, 3]));
+        assert_eq!(action, Action::Forward { port: POD_C }, "{lines:#?}");
+        assert_eq!(frame[0..6], POD_C_MAC);
+        assert!(
+            lines.iter().any(|l| l
+                == "route source 10.1.0.2 selects table eni-1 of eni-0abc (device 1), but 10.1.0.3 goes to pod port pod-c: table main"),
+            "{lines:#?}"
+        );
+        // A source that selects no table: main, and no word about tables.
+        let from_c = testing::tcp4(
+            POD_C_MAC,
+            testing::GW_MAC,
+            Ipv4Addr::new(10, 1, 0, 3),
+            Ipv4Addr::new(10, 0, 9, 9),
+            40000,
+            80,
+            SYN,
+            1,
+            0,
+        );
+        let (action, _, lines) = run_eni(&snap, POD_C, from_c);
+        assert_eq!(action, Action::Forward { port: UPLINK });
+        assert!(!lines.iter().any(|l| l.contains("table")), "{lines:#?}");
+    }
+
+    #[test]
+    fn masqueraded_traffic_leaves_by_the_main_table_as_the_node_ip() {
+        let snap = eni_snapshot(true);
+        let (action, frame, lines) = run_eni(&snap, POD, from_pod([8, 8, 8, 8]));
+        assert_eq!(action, Action::Forward { port: UPLINK }, "{lines:#?}");
+        assert_eq!(frame[0..6], testing::ROUTER_MAC);
+        assert_eq!(frame[26..30], testing::NODE.octets(), "masqueraded");
+        assert!(
+            lines.iter().any(|l| l
+                == "route source 10.1.0.2 selects table eni-1 of eni-0abc (device 1), but 8.8.8.8 is outside the VPC and masqueraded to the node IP: table main"),
+            "{lines:#?}"
+        );
+        // A protocol SNAT leaves alone (GRE) keeps the pod's address: its ENI's table.
+        let gre = testing::ipv4(
+            POD_MAC,
+            testing::GW_MAC,
+            Ipv4Addr::new(10, 1, 0, 2),
+            Ipv4Addr::new(8, 8, 8, 8),
+            47,
+            &[0; 8],
+        );
+        assert_eq!(run_eni(&snap, POD, gre).0, Action::Forward { port: ENI1 });
+        // SNAT off: nothing is masqueraded, the ENI's table applies.
+        let mut off = snap.clone();
+        Arc::make_mut(&mut off.snat).node_ips.clear();
+        let (action, frame, _) = run_eni(&off, POD, from_pod([8, 8, 8, 8]));
+        assert_eq!(action, Action::Forward { port: ENI1 });
+        assert_eq!(frame[26..30], [10, 1, 0, 2]);
+    }
+
+    #[test]
+    fn an_enis_port_answers_arp_for_its_secondary_ips() {
+        let snap = eni_snapshot(true);
+        let ask = |target: Ipv4Addr| {
+            let mut f = vec![0u8; 64];
+            let n =
+                local::build_arp_request(&snap.ports[usize::from(UPLINK)], ENI1_GW, target, &mut f)
+                    .expect("fits");
+            f.truncate(n);
+            f[6..12].copy_from_slice(&ENI1_GW_MAC);
+            f[22..28].copy_from_slice(&ENI1_GW_MAC);
+            let action = process(&snap, ENI1, &mut f, &mut NoTrace);
+            (action, f)
+        };
+        let (action, f) = ask(Ipv4Addr::new(10, 1, 0, 2));
+        assert_eq!(action, Action::Reply);
+        assert_eq!(f[0..6], ENI1_GW_MAC);
+        assert_eq!(f[22..28], ENI1_MAC, "10.1.0.2 is at ENI 1's port");
+        assert_eq!(
+            ask(Ipv4Addr::new(10, 0, 1, 10)).0,
+            Action::Reply,
+            "its primary"
+        );
+        assert_eq!(
+            ask(Ipv4Addr::new(10, 1, 0, 3)).0,
+            Action::Drop(DropReason::ArpIgnored),
+            "not an address of this ENI"
         );
     }
 }

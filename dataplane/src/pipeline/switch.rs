@@ -534,6 +534,7 @@ mod tests {
                 pod_mac: Some(EthernetAddress(pod_mac(i))),
                 local_v4: vec![Ipv4Addr::from(gw)],
                 local_v6: vec![Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 1)],
+                proxy_arp_v4: Vec::new(),
                 xconnect: None,
                 pod_sources: super::super::port_security::sources(
                     Some(pod_mac(i)),
@@ -558,6 +559,7 @@ mod tests {
                 pod_mac: None,
                 local_v4: vec![Ipv4Addr::new(192, 0, 2, 10)],
                 local_v6: Vec::new(),
+                proxy_arp_v4: Vec::new(),
                 xconnect: None,
                 pod_sources: Default::default(),
                 locked: false,

@@ -46,6 +46,7 @@ pub fn snapshot() -> Snapshot {
         pod_mac: Some(EthernetAddress(pod_mac)),
         local_v4: vec![GW4],
         local_v6: vec![GW6],
+        proxy_arp_v4: Vec::new(),
         xconnect: None,
         pod_sources: PodSources::new(Some(EthernetAddress(pod_mac)), &ips, &[]),
         locked: false,
@@ -75,6 +76,7 @@ pub fn snapshot() -> Snapshot {
             pod_mac: None,
             local_v4: vec![Ipv4Addr::new(192, 0, 2, 10)],
             local_v6: vec![v6("2001:db8::10")],
+            proxy_arp_v4: Vec::new(),
             xconnect: None,
             pod_sources: PodSources::default(),
             locked: false,
@@ -137,6 +139,7 @@ pub fn snapshot() -> Snapshot {
         locked_allow: Default::default(),
         any_locked: false,
         switching: Default::default(),
+        source_routes: None,
     };
     // The gateways of resolved routes, as the control thread precomputes them.
     snap.resolve_gateways();
