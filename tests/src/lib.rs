@@ -12,7 +12,7 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// Directory holding the workspace's built binaries (next to this test's `deps/`).
-/// The first call brings `ferruled` and `ferrulectl` up to date with `cargo build`, so
+/// The first call brings the workspace's binaries up to date with `cargo build`, so
 /// `cargo test -p ferrule-e2e` never runs stale binaries.
 pub fn bin_dir() -> PathBuf {
     static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
@@ -25,19 +25,9 @@ pub fn bin_dir() -> PathBuf {
     BUILT.get_or_init(|| {
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let mut cmd = Command::new(cargo);
-        cmd.args([
-            "build",
-            "--quiet",
-            "-p",
-            "ferrule-daemon",
-            "-p",
-            "ferrulectl",
-            "-p",
-            "ferrule-cni",
-            "-p",
-            "ferrule-policy",
-            "--bins",
-        ]);
+        // The whole workspace, as `make test` and `make build` build it: the same
+        // feature unification, so nothing is compiled twice.
+        cmd.args(["build", "--quiet", "--workspace", "--bins"]);
         if dir.file_name().is_some_and(|n| n == "release") {
             cmd.arg("--release");
         }
@@ -47,10 +37,16 @@ pub fn bin_dir() -> PathBuf {
             .expect("run cargo build");
         assert!(
             status.success(),
-            "cargo build of ferruled/ferrulectl/ferrule-cni/ferrule-agent failed"
+            "cargo build of ferruled/ferrulectl/ferrule-cni/ferrule-agent/ferrule-ipamd failed"
         );
     });
-    for b in ["ferruled", "ferrulectl", "ferrule-cni", "ferrule-agent"] {
+    for b in [
+        "ferruled",
+        "ferrulectl",
+        "ferrule-cni",
+        "ferrule-agent",
+        "ferrule-ipamd",
+    ] {
         assert!(
             dir.join(b).exists(),
             "{} missing: run `cargo build --workspace --bins` first",
@@ -76,6 +72,16 @@ pub fn cni_bin() -> PathBuf {
 /// The policy agent.
 pub fn agent_bin() -> PathBuf {
     bin_dir().join("ferrule-agent")
+}
+
+/// The VPC IP address manager.
+pub fn ipamd_bin() -> PathBuf {
+    bin_dir().join("ferrule-ipamd")
+}
+
+/// The project's Python venv (scripts/setup.sh makes it: moto[server] and boto3).
+pub fn venv() -> PathBuf {
+    PathBuf::from(std::env::var("FERRULE_VENV").unwrap_or_else(|_| "/opt/ferrule/venv".into()))
 }
 
 /// Whether enough 2 MiB hugepages are free for one more test daemon.

@@ -1314,3 +1314,393 @@ fn a_pod_of_a_primary_network_namespace_gets_both_interfaces_in_one_add() {
     let o = d.ctl(&["network", "del", "blue.tenant"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
+
+/// Creates the test's world in moto (argv[1]: the endpoint): a VPC 10.0.0.0/16, a
+/// subnet 10.0.0.0/20, a security group and a t3.medium instance in it (3 ENIs × 6
+/// addresses); prints the instance ID.
+const MOTO_WORLD: &str = r#"
+import boto3, sys
+ec2 = boto3.client("ec2", endpoint_url=sys.argv[1], region_name="us-east-1",
+                   aws_access_key_id="testing", aws_secret_access_key="testing")
+vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.0.0/20")["Subnet"]["SubnetId"]
+sg = ec2.create_security_group(GroupName="nodes", Description="nodes", VpcId=vpc)["GroupId"]
+i = ec2.run_instances(ImageId="ami-12c6146b", InstanceType="t3.medium", MinCount=1,
+                      MaxCount=1, SubnetId=subnet, SecurityGroupIds=[sg])["Instances"][0]
+print(i["InstanceId"])
+"#;
+
+/// Answers each TCP connection on port 8080 with the address it came from.
+const PEER_SERVER: &str = r#"
+import socket
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 8080)); s.listen(8)
+print("listening", flush=True)
+while True:
+    c, peer = s.accept()
+    c.sendall(peer[0].encode() + b"\n"); c.close()
+"#;
+
+/// Connects to argv[1]:8080 and prints the source address the server saw.
+const PEER_CLIENT: &str = r#"
+import socket, sys
+c = socket.create_connection((sys.argv[1], 8080), timeout=10)
+print(c.makefile().readline().strip(), flush=True)
+"#;
+
+/// A child process stopped by PID when dropped.
+struct Guarded(Child);
+
+impl Drop for Guarded {
+    fn drop(&mut self) {
+        stop_timeout_child(&mut self.0);
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// `ipam.show` of the ferrule-ipamd at `socket`.
+fn ipam_show(socket: &Path) -> Value {
+    let mut client = ferrule_api::client::Client::connect(socket).expect("connect to ipamd");
+    client
+        .call(ferrule_api::ipam::ipam_method::SHOW, Value::Null)
+        .expect("ipam.show")
+}
+
+/// Waits up to `secs` for `cond`, panicking with `what` and the last value seen.
+fn wait_for(
+    what: &str,
+    secs: u64,
+    mut get: impl FnMut() -> Value,
+    cond: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let v = get();
+        if cond(&v) {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "{what}: {v:#}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn tx_packets(d: &Ferruled, port: &str) -> u64 {
+    let ports = d.ctl_json(&["ports"]);
+    ports["ports"]
+        .as_array()
+        .and_then(|l| l.iter().find(|p| p["name"] == port))
+        .and_then(|p| p["counters"]["tx_packets"].as_u64())
+        .unwrap_or_else(|| panic!("no port {port}: {ports:#}"))
+}
+
+/// The AWS VPC CNI model end to end: EC2 is moto; `ferrule-ipamd` finds the instance,
+/// grows its pool to MINIMUM_IP_TARGET (a second ENI) and pushes the ENIs to
+/// `ferruled`, where a veth with each ENI's MAC is an uplink port (the VPC behind them
+/// a bridge in a namespace: one subnet, one gateway, as on EC2); the CNI plugin gets
+/// each pod's address from ipamd. A pod on ENI 1 and a pod on ENI 0 each reach a VPC
+/// server through their own ENI's port with their own address; the pod on ENI 1
+/// reaches a server outside the VPC through ENI 0, masqueraded to the primary IP; DEL
+/// puts the address into cooling.
+#[test]
+fn pods_get_vpc_addresses_from_ipamd_and_leave_by_their_enis() {
+    let python = venv().join("bin/python");
+    let moto_server = venv().join("bin/moto_server");
+    assert!(
+        moto_server.exists(),
+        "{} missing: run scripts/setup.sh (it installs moto[server] into the project venv)",
+        moto_server.display()
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let moto_port = free_port();
+    let _moto = Guarded(
+        Command::new(&moto_server)
+            .args(["-H", "127.0.0.1", "-p", &moto_port.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start moto_server"),
+    );
+    let endpoint = format!("http://127.0.0.1:{moto_port}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", moto_port)).is_err() {
+        assert!(Instant::now() < deadline, "moto_server did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let world = Command::new(&python)
+        .args(["-c", MOTO_WORLD, &endpoint])
+        .stdin(Stdio::null())
+        .output()
+        .expect("python");
+    assert!(
+        world.status.success(),
+        "{}",
+        String::from_utf8_lossy(&world.stderr)
+    );
+    let instance = String::from_utf8_lossy(&world.stdout).trim().to_string();
+
+    let prefix = unique_prefix("ipamd");
+    let d = Ferruled::start(&base_config(&prefix), &prefix).expect("start ferruled");
+    let ipam_socket = dir.path().join("ipamd.sock");
+    let ipamd_log = std::fs::File::create(dir.path().join("ipamd.log")).expect("log");
+    let _ipamd = Guarded(
+        Command::new(ipamd_bin())
+            .args(["--instance-id", &instance, "--region", "us-east-1"])
+            .args(["--ec2-endpoint", &endpoint, "--cluster", "e2e"])
+            .arg("--socket")
+            .arg(&ipam_socket)
+            .arg("--datastore")
+            .arg(dir.path().join("ipamd.json"))
+            .args(["--introspection", &format!("127.0.0.1:{}", free_port())])
+            .arg("--ferruled-socket")
+            .arg(&d.socket)
+            .args(["--reconcile-interval", "500ms", "--cooling", "2s"])
+            .env("MINIMUM_IP_TARGET", "8")
+            .env("AWS_ACCESS_KEY_ID", "testing")
+            .env("AWS_SECRET_ACCESS_KEY", "testing")
+            .stdin(Stdio::null())
+            .stdout(ipamd_log.try_clone().expect("log"))
+            .stderr(ipamd_log)
+            .spawn()
+            .expect("start ferrule-ipamd"),
+    );
+    let log = || std::fs::read_to_string(dir.path().join("ipamd.log")).unwrap_or_default();
+    let pool = wait_for(
+        "ipamd's pool never reached two ENIs and 8 addresses",
+        90,
+        || {
+            if ipam_socket.exists() {
+                ipam_show(&ipam_socket)
+            } else {
+                json!({"log": log()})
+            }
+        },
+        |s| {
+            s["enis"].as_array().is_some_and(|e| e.len() == 2) && s["available"].as_u64() >= Some(8)
+        },
+    );
+
+    // The VPC: a bridge (10.0.0.1/20, the subnet's gateway) with one veth per ENI; the
+    // ENI's end in the root namespace carries its MAC and is ferruled's uplink port.
+    let vpc = Netns::new(&format!("{prefix}-vpc"));
+    for cmd in [
+        vec!["ip", "link", "set", "lo", "up"],
+        vec!["ip", "link", "add", "br0", "type", "bridge"],
+        vec!["ip", "link", "set", "br0", "up"],
+        vec!["ip", "addr", "add", "10.0.0.1/20", "dev", "br0"],
+        vec!["ip", "addr", "add", "10.0.200.9/32", "dev", "lo"],
+        vec!["ip", "addr", "add", "203.0.113.1/32", "dev", "lo"],
+    ] {
+        vpc.exec(&cmd);
+    }
+    let mut enis: Vec<(u64, String, String, String)> = pool["enis"]
+        .as_array()
+        .expect("enis")
+        .iter()
+        .map(|e| {
+            (
+                e["device_index"].as_u64().expect("device_index"),
+                e["id"].as_str().expect("id").to_string(),
+                e["mac"].as_str().expect("mac").to_string(),
+                e["primary_ip"].as_str().expect("primary_ip").to_string(),
+            )
+        })
+        .collect();
+    enis.sort();
+    let mut eni_links = Vec::new();
+    for (index, _, mac, _) in &enis {
+        // Interface names: at most 15 characters, unique per test process.
+        let tag = std::process::id() & 0xffff;
+        let (root, inner) = (format!("fe{tag:x}e{index}"), format!("fe{tag:x}g{index}"));
+        let _ = sh(&["ip", "link", "del", &root]);
+        must(&[
+            "ip", "link", "add", &root, "type", "veth", "peer", "name", &inner,
+        ]);
+        eni_links.push(root.clone());
+        must(&["ip", "link", "set", &root, "address", mac]);
+        must(&["ip", "link", "set", &inner, "netns", &vpc.name]);
+        must(&["ip", "link", "set", &root, "up"]);
+        let _ = sh(&[
+            "sysctl",
+            "-qw",
+            &format!("net.ipv6.conf.{root}.disable_ipv6=1"),
+        ]);
+        vpc.exec(&["ip", "link", "set", &inner, "master", "br0"]);
+        vpc.exec(&["ip", "link", "set", &inner, "up"]);
+        vpc.exec(&["ethtool", "-K", &inner, "tx", "off"]);
+        let o = d.ctl(&[
+            "port",
+            "add",
+            &format!("eth{index}"),
+            "--af-packet",
+            &root,
+            "--role",
+            "uplink",
+            "--mac",
+            mac,
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    struct Links(Vec<String>);
+    impl Drop for Links {
+        fn drop(&mut self) {
+            for l in &self.0 {
+                let _ = sh(&["ip", "link", "del", l]);
+            }
+        }
+    }
+    let _links = Links(eni_links);
+    let o = d.ctl(&[
+        "route",
+        "add",
+        "0.0.0.0/0",
+        "--port",
+        "eth0",
+        "--via",
+        "10.0.0.1",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // ipamd pushes the ENIs at its next round; ferruled binds them by MAC.
+    let vpc_state = wait_for(
+        "ferruled never got the ENIs from ipamd",
+        30,
+        || d.ctl_json(&["vpc", "show"]),
+        |v| v["enis"].as_array().is_some_and(|e| e.len() == 2),
+    );
+    assert_eq!(
+        vpc_state["snat_address"].as_str(),
+        Some(enis[0].3.as_str()),
+        "the node IP is the primary ENI's primary IP: {vpc_state:#}"
+    );
+
+    // Pods through the CNI plugin, until one holds an address of each ENI.
+    let vhost_dir = dir.path().join("vhost");
+    let conf = net_conf(
+        &d.socket,
+        Path::new("/nonexistent"),
+        &vhost_dir,
+        json!({"ipam": {"type": "ferrule-ipamd", "socket": ipam_socket}}),
+    );
+    let mut pods: Vec<(Netns, String, String, String)> = Vec::new(); // (ns, id, ip, eni)
+    for k in 0..10 {
+        if [&enis[0].1, &enis[1].1]
+            .iter()
+            .all(|e| pods.iter().any(|p| &&p.3 == e))
+        {
+            break;
+        }
+        let ns = Netns::new(&format!("{prefix}-p{k}"));
+        let id = format!("{prefix}-c{k}");
+        let (ok, result) = plugin("ADD", &id, Some(&ns.path()), "eth0", &conf);
+        assert!(ok, "ADD: {result:#}\n{}", log());
+        let ip = result["ips"][0]["address"]
+            .as_str()
+            .and_then(|a| a.strip_suffix("/32"))
+            .unwrap_or_else(|| panic!("a /32: {result:#}"))
+            .to_string();
+        let held = ipam_show(&ipam_socket);
+        let eni = held["allocations"]
+            .as_array()
+            .and_then(|l| l.iter().find(|a| a["ip"] == ip.as_str()))
+            .and_then(|a| a["eni_id"].as_str())
+            .unwrap_or_else(|| panic!("ipamd holds {ip}: {held:#}"))
+            .to_string();
+        // The gateway's MAC is permanent in the pod (the seed's static ARP entry).
+        let neigh = ns.exec(&["ip", "neigh", "show", "169.254.1.1"]);
+        assert!(neigh.contains("PERMANENT"), "{neigh}");
+        pods.push((ns, id, ip, eni));
+    }
+    let on = |eni: &str| {
+        pods.iter()
+            .find(|p| p.3 == eni)
+            .unwrap_or_else(|| panic!("no pod on {eni}"))
+    };
+    let (pod0, pod1) = (on(&enis[0].1), on(&enis[1].1));
+
+    let mut server = vpc_server(&vpc, dir.path());
+    let client = dir.path().join("client.py");
+    std::fs::write(&client, PEER_CLIENT).expect("write");
+    let connect = |pod: &Netns, to: &str| {
+        pod.exec(&[
+            python.to_str().expect("path"),
+            client.to_str().expect("path"),
+            to,
+        ])
+        .trim()
+        .to_string()
+    };
+    for (pod, port) in [(pod1, "eth1"), (pod0, "eth0")] {
+        let before = tx_packets(&d, port);
+        assert_eq!(
+            connect(&pod.0, "10.0.200.9"),
+            pod.2,
+            "the VPC server sees the pod's own address"
+        );
+        assert!(
+            tx_packets(&d, port) >= before + 3,
+            "{} left by {port}",
+            pod.2
+        );
+    }
+    // Outside the VPC: through the primary ENI, masqueraded to its primary IP.
+    let before = (tx_packets(&d, "eth0"), tx_packets(&d, "eth1"));
+    assert_eq!(connect(&pod1.0, "203.0.113.1"), enis[0].3);
+    assert!(tx_packets(&d, "eth0") >= before.0 + 3);
+    assert!(
+        tx_packets(&d, "eth1") <= before.1 + 1,
+        "masqueraded traffic left by ENI 1"
+    );
+    let _ = server.kill();
+    let _ = server.wait();
+
+    // CHECK holds; DEL gives the address back into cooling.
+    let prev = json!({"cniVersion": "1.0.0", "ips": [{"address": format!("{}/32", pod1.2)}]});
+    let mut check_conf = conf.clone();
+    check_conf["prevResult"] = prev;
+    let (ok, out) = plugin("CHECK", &pod1.1, Some(&pod1.0.path()), "eth0", &check_conf);
+    assert!(ok, "CHECK: {out:#}");
+    let (ok, out) = plugin("DEL", &pod1.1, Some(&pod1.0.path()), "eth0", &conf);
+    assert!(ok, "DEL: {out:#}");
+    let after = ipam_show(&ipam_socket);
+    let state = after["enis"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|e| e["ips"].as_array().into_iter().flatten())
+        .find(|i| i["ip"] == pod1.2.as_str())
+        .map(|i| i["state"].clone());
+    assert_eq!(state, Some(json!("cooling")), "{after:#}");
+    for p in &pods {
+        let (ok, out) = plugin("DEL", &p.1, Some(&p.0.path()), "eth0", &conf);
+        assert!(ok, "DEL: {out:#}");
+    }
+}
+
+/// The VPC server in `vpc`, listening.
+fn vpc_server(vpc: &Netns, dir: &Path) -> Child {
+    let script = dir.join("server.py");
+    std::fs::write(&script, PEER_SERVER).expect("write");
+    let python = venv().join("bin/python");
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", &vpc.name])
+        .arg(&python)
+        .arg(&script)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("server");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.as_mut().expect("stdout")),
+        &mut line,
+    )
+    .expect("read");
+    assert_eq!(line.trim(), "listening");
+    child
+}
