@@ -212,15 +212,13 @@ impl Ferruled {
             }
             None => Command::new(ferruled_bin()),
         };
-        let child = cmd
-            .arg("--config")
+        cmd.arg("--config")
             .arg(&cfg_path)
             .arg("--socket")
             .arg(&socket)
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log)?)
-            .spawn()?;
+            .stdout(Stdio::null());
+        let child = cmd.stderr(std::fs::File::create(&log)?).spawn()?;
         let mut d = Ferruled {
             child_pid: child.id(),
             child: Some(child),
@@ -229,11 +227,25 @@ impl Ferruled {
             prefix: prefix.to_string(),
             log,
         };
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut deadline = Instant::now() + Duration::from_secs(30);
+        let mut respawns = 0;
         loop {
             if let Some(status) = d.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
                 d.child = None;
-                anyhow::bail!("ferruled exited early ({status}):\n{}", d.log_text());
+                let log = d.log_text();
+                // DPDK's af_packet driver names its fanout group after the process ID
+                // and the interface index: two daemons started side by side may pick
+                // the same group for different interfaces (EINVAL). Another process ID
+                // picks another group.
+                if log.contains("could not set PACKET_FANOUT") && respawns < 3 {
+                    respawns += 1;
+                    let child = cmd.stderr(std::fs::File::create(&d.log)?).spawn()?;
+                    d.child_pid = child.id();
+                    d.child = Some(child);
+                    deadline = Instant::now() + Duration::from_secs(30);
+                    continue;
+                }
+                anyhow::bail!("ferruled exited early ({status}):\n{log}");
             }
             if d.socket.exists() && d.ctl(&["version"]).status.success() {
                 return Ok(d);
