@@ -35,6 +35,15 @@ fn must(args: &[&str]) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// One test of this file at a time: each runs a ferruled with AF_PACKET ports, and
+/// DPDK's af_packet driver names its fanout group after the process ID and the
+/// interface index, so two daemons side by side can pick the same group for different
+/// interfaces and fail to open a port (EINVAL).
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A network namespace with a veth to the root namespace: the "router" beyond the
 /// uplink (192.0.2.1, and 203.0.113.1 on its loopback, with no route back to the pods),
 /// or a bare namespace for a pod.
@@ -207,6 +216,7 @@ fn port<'a>(ports: &'a Value, name: &str) -> Option<&'a Value> {
 
 #[test]
 fn the_plugin_speaks_the_cni_protocol() {
+    let _serial = serial();
     let prefix = unique_prefix("cni");
     let tag = std::process::id() % 100_000;
     let router = Netns::router(&format!("fcr{tag}"), &format!("fcu{tag}"));
@@ -589,6 +599,7 @@ impl Drop for Containerd {
 
 #[test]
 fn containers_run_by_containerd_get_their_network_from_ferrule() {
+    let _serial = serial();
     if sh(&["which", "containerd"]).status.code() != Some(0) {
         panic!("containerd is not installed: run scripts/setup.sh as root");
     }
@@ -780,6 +791,7 @@ fn containers_run_by_containerd_get_their_network_from_ferrule() {
 
 #[test]
 fn a_crash_loses_nothing_given_at_run_time() {
+    let _serial = serial();
     let prefix = unique_prefix("crash");
     let tag = std::process::id() % 100_000;
     let router = Netns::router(&format!("fer{tag}"), &format!("feu{tag}"));
@@ -962,6 +974,7 @@ spec:
 
 #[test]
 fn pods_are_bound_by_namespace_and_name_and_policy_waits_for_them() {
+    let _serial = serial();
     let prefix = unique_prefix("nsname");
     let tag = std::process::id() % 100_000;
     let router = Netns::router(&format!("fnr{tag}"), &format!("fnu{tag}"));
@@ -1163,6 +1176,7 @@ spec: {topology: Layer3, role: Primary, subnets: ["10.128.0.0/16/24"], mtu: 1400
 
 #[test]
 fn a_pod_of_a_primary_network_namespace_gets_both_interfaces_in_one_add() {
+    let _serial = serial();
     let prefix = unique_prefix("cniudn");
     let tag = std::process::id() % 100_000;
     let router = Netns::router(&format!("fur{tag}"), &format!("fuu{tag}"));
@@ -1409,6 +1423,7 @@ fn tx_packets(d: &Ferruled, port: &str) -> u64 {
 /// puts the address into cooling.
 #[test]
 fn pods_get_vpc_addresses_from_ipamd_and_leave_by_their_enis() {
+    let _serial = serial();
     let python = venv().join("bin/python");
     let moto_server = venv().join("bin/moto_server");
     assert!(
