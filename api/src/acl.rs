@@ -6,6 +6,7 @@
 use crate::rpc::RpcError;
 use ferrule_dataplane::acl::table::Direction;
 use ferrule_dataplane::acl::{Action, PortRange, Prefix, Proto, Rule, RuleField};
+use ferrule_fqdn::{FqdnSelector, Selector};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
@@ -26,8 +27,23 @@ pub struct AclApply {
     pub attach: Vec<AclAttach>,
     /// The table every uplink's egress is checked against, if any.
     pub global: Option<String>,
+    /// The ports (or pods) whose DNS queries go through the DNS proxy, and the names
+    /// each may look up: at most one entry per target.
+    pub dns: Vec<DnsPolicy>,
     /// Validate and compile, change nothing.
     pub dry_run: bool,
+}
+
+/// The DNS policy of one port or pod (Cilium's `toPorts[].rules.dns`): its UDP DNS
+/// queries to the configured DNS service addresses are answered through the proxy,
+/// which refuses (`REFUSED`) a name no pattern of `allow` matches and learns the
+/// addresses of the names it lets through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DnsPolicy {
+    pub target: AttachTarget,
+    /// Canonical `matchPattern`s (a name without `*` is a `matchName`); `*` allows
+    /// every name.
+    pub allow: Vec<String>,
 }
 
 /// A named table of rules, first match wins.
@@ -231,17 +247,72 @@ fn parse_rule(v: &Value, path: &str, table: &str, index: usize) -> Result<Rule, 
             )),
         }
     };
+    // `dst` is a prefix, or a remote-identity selector (`fqdn:…`, `cidr:…`).
+    let (dst, dst_selector) = match text("dst")? {
+        Some(s) if s.starts_with("fqdn:") || s.starts_with("cidr:") => {
+            let selector = Selector::parse(s).map_err(|e| fail("dst", format!("dst: {e}")))?;
+            (Prefix::Any, Some(selector.to_string()))
+        }
+        _ => (prefix(RuleField::Dst)?, None),
+    };
     let rule = Rule {
         action,
         proto,
         src: prefix(RuleField::Src)?,
-        dst: prefix(RuleField::Dst)?,
+        dst,
         src_port: ports(RuleField::SrcPort)?,
         dst_port: ports(RuleField::DstPort)?,
         origin: text("origin")?.map(str::to_owned),
+        dst_selector,
     };
     rule.validate().map_err(rule_err)?;
     Ok(rule)
+}
+
+/// The port or pod a map (an `attach` or `dns` entry at `path`) names.
+fn target(
+    map: &Map<String, Value>,
+    path: &str,
+    ports: Option<&[&str]>,
+) -> Result<AttachTarget, RpcError> {
+    let port_path = join(path, "port");
+    let pod_path = join(path, "pod");
+    match (
+        string(map.get("port"), &port_path)?,
+        string(map.get("pod"), &pod_path)?,
+    ) {
+        (Some(port), None) => {
+            if let Some(ports) = ports {
+                if !ports.contains(&port) {
+                    return Err(invalid(
+                        &port_path,
+                        None,
+                        None,
+                        format!("no port named {port:?} (ports: {})", ports.join(", ")),
+                    ));
+                }
+            }
+            Ok(AttachTarget::Port(port.to_string()))
+        }
+        (None, Some(pod)) => {
+            if !crate::valid_pod_ref(pod) {
+                return Err(invalid(
+                    &pod_path,
+                    None,
+                    None,
+                    format!("{pod:?} is not NAMESPACE/NAME"),
+                ));
+            }
+            Ok(AttachTarget::Pod(pod.to_string()))
+        }
+        (Some(_), Some(_)) => Err(invalid(
+            &port_path,
+            None,
+            None,
+            "give port or pod, not both".into(),
+        )),
+        (None, None) => Err(invalid(&port_path, None, None, "required (or pod)".into())),
+    }
 }
 
 impl AclApply {
@@ -255,7 +326,7 @@ impl AclApply {
             Value::Null => &empty,
             v => object(v, "params")?,
         };
-        unknown_keys(top, &["tables", "attach", "global", "dry_run"], "")?;
+        unknown_keys(top, &["tables", "attach", "global", "dns", "dry_run"], "")?;
         let dry_run = match top.get("dry_run") {
             None | Some(Value::Null) => false,
             Some(Value::Bool(b)) => *b,
@@ -338,48 +409,8 @@ impl AclApply {
             let path = format!("attach[{k}]");
             let map = object(av, &path)?;
             unknown_keys(map, &["port", "pod", "direction", "table"], &path)?;
+            let target = target(map, &path, ports)?;
             let port_path = join(&path, "port");
-            let pod_path = join(&path, "pod");
-            let target = match (
-                string(map.get("port"), &port_path)?,
-                string(map.get("pod"), &pod_path)?,
-            ) {
-                (Some(port), None) => {
-                    if let Some(ports) = ports {
-                        if !ports.contains(&port) {
-                            return Err(invalid(
-                                &port_path,
-                                None,
-                                None,
-                                format!("no port named {port:?} (ports: {})", ports.join(", ")),
-                            ));
-                        }
-                    }
-                    AttachTarget::Port(port.to_string())
-                }
-                (None, Some(pod)) => {
-                    if !crate::valid_pod_ref(pod) {
-                        return Err(invalid(
-                            &pod_path,
-                            None,
-                            None,
-                            format!("{pod:?} is not NAMESPACE/NAME"),
-                        ));
-                    }
-                    AttachTarget::Pod(pod.to_string())
-                }
-                (Some(_), Some(_)) => {
-                    return Err(invalid(
-                        &port_path,
-                        None,
-                        None,
-                        "give port or pod, not both".into(),
-                    ))
-                }
-                (None, None) => {
-                    return Err(invalid(&port_path, None, None, "required (or pod)".into()))
-                }
-            };
             let dir_path = join(&path, "direction");
             let direction = match string(map.get("direction"), &dir_path)? {
                 Some("ingress") => Direction::Ingress,
@@ -425,10 +456,36 @@ impl AclApply {
             });
         }
         let global = table_ref(top.get("global"), "global")?;
+        let mut dns: Vec<DnsPolicy> = Vec::new();
+        for (k, dv) in list(top.get("dns"), "dns")?.iter().enumerate() {
+            let path = format!("dns[{k}]");
+            let map = object(dv, &path)?;
+            unknown_keys(map, &["port", "pod", "allow"], &path)?;
+            let target = target(map, &path, ports)?;
+            if let Some(first) = dns.iter().position(|d| d.target == target) {
+                return Err(invalid(
+                    &path,
+                    None,
+                    None,
+                    format!("{target} already has a DNS policy (dns[{first}])"),
+                ));
+            }
+            let allow_path = join(&path, "allow");
+            let mut allow = Vec::new();
+            for (n, pv) in list(map.get("allow"), &allow_path)?.iter().enumerate() {
+                let at = format!("{allow_path}[{n}]");
+                let text = string(Some(pv), &at)?.unwrap_or_default();
+                let pattern = FqdnSelector::match_pattern(text)
+                    .map_err(|e| invalid(&at, None, None, e.to_string()))?;
+                allow.push(pattern.as_str().to_string());
+            }
+            dns.push(DnsPolicy { target, allow });
+        }
         Ok(AclApply {
             tables,
             attach,
             global,
+            dns,
             dry_run,
         })
     }
@@ -461,7 +518,9 @@ impl Serialize for RuleOut<'_> {
         let r = self.0;
         let mut m = s.serialize_map(None)?;
         m.serialize_entry("action", &format_args!("{}", r.action))?;
-        if r.dst != Prefix::Any {
+        if let Some(selector) = &r.dst_selector {
+            m.serialize_entry("dst", selector)?;
+        } else if r.dst != Prefix::Any {
             m.serialize_entry("dst", &format_args!("{}", r.dst))?;
         }
         if !r.dst_port.is_any() {
@@ -518,6 +577,18 @@ impl Serialize for AclAttach {
     }
 }
 
+impl Serialize for DnsPolicy {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(2))?;
+        m.serialize_entry("allow", &self.allow)?;
+        match &self.target {
+            AttachTarget::Port(p) => m.serialize_entry("port", p)?,
+            AttachTarget::Pod(p) => m.serialize_entry("pod", p)?,
+        }
+        m.end()
+    }
+}
+
 /// The params as clients send them: rules with only their non-default fields, ports
 /// as a number or `"LO-HI"`, `global` null when there is none, `dry_run` only when
 /// set; keys in name order. Streams: no JSON value is built in between.
@@ -525,6 +596,9 @@ impl Serialize for AclApply {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(None)?;
         m.serialize_entry("attach", &self.attach)?;
+        if !self.dns.is_empty() {
+            m.serialize_entry("dns", &self.dns)?;
+        }
         if self.dry_run {
             m.serialize_entry("dry_run", &true)?;
         }
@@ -561,6 +635,63 @@ mod tests {
             "attach": [{"port": "pod-a", "direction": "egress", "table": "web"}],
             "global": "all"
         })
+    }
+
+    #[test]
+    fn selector_destinations_and_dns_policies_decode_and_round_trip() {
+        let v = json!({
+            "tables": [{"name": "p", "rules": [
+                {"action": "reflect", "proto": "tcp", "dst": "fqdn:*.Example.TEST.", "dst_port": 443},
+                {"action": "reflect", "dst": "cidr:192.0.2.7/24"},
+                {"action": "reflect", "proto": "udp", "dst": "10.96.0.10/32", "dst_port": 53}
+            ]}],
+            "attach": [{"pod": "ns/a", "direction": "ingress", "table": "p"}],
+            "dns": [{"pod": "ns/a", "allow": ["*.example.test", "API.example.com"]}]
+        });
+        let a = AclApply::from_params(&v, None).unwrap();
+        let rules = &a.tables[0].rules;
+        assert_eq!(
+            rules[0].dst_selector.as_deref(),
+            Some("fqdn:*.example.test")
+        );
+        assert_eq!(rules[0].dst, Prefix::Any);
+        assert_eq!(rules[1].dst_selector.as_deref(), Some("cidr:192.0.2.0/24"));
+        assert_eq!(rules[2].dst_selector, None);
+        assert_eq!(a.dns[0].target, AttachTarget::Pod("ns/a".into()));
+        assert_eq!(a.dns[0].allow, ["*.example.test", "api.example.com"]);
+        assert_eq!(AclApply::from_params(&a.to_value(), None).unwrap(), a);
+    }
+
+    #[test]
+    fn bad_selectors_and_dns_policies_name_their_field() {
+        let cases = [
+            (
+                json!({"tables": [{"name": "p", "rules": [{"action": "permit", "dst": "fqdn:a..b"}]}]}),
+                "tables[0].rules[0].dst",
+            ),
+            (
+                json!({"tables": [{"name": "p", "rules": [{"action": "permit", "dst": "cidr:10.0.0.0/40"}]}]}),
+                "tables[0].rules[0].dst",
+            ),
+            (
+                json!({"dns": [{"pod": "ns/a", "allow": ["**.x"]}]}),
+                "dns[0].allow[0]",
+            ),
+            (
+                json!({"dns": [{"pod": "ns/a", "allow": [7]}]}),
+                "dns[0].allow[0]",
+            ),
+            (json!({"dns": [{"pod": "a", "allow": []}]}), "dns[0].pod"),
+            (json!({"dns": [{"pod": "ns/a"}, {"pod": "ns/a"}]}), "dns[1]"),
+            (
+                json!({"dns": [{"pod": "ns/a", "names": []}]}),
+                "dns[0].names",
+            ),
+        ];
+        for (v, field) in cases {
+            let e = AclApply::from_params(&v, None).unwrap_err();
+            assert!(e.message.contains(&format!("`{field}`")), "{field}: {}", e.message);
+        }
     }
 
     #[test]

@@ -839,7 +839,7 @@ fn rule_dump(index: usize, r: &Rule, hits: Hits) -> AclRuleDump {
         action: r.action.to_string(),
         proto: r.proto.to_string(),
         src: r.src.to_string(),
-        dst: r.dst.to_string(),
+        dst: r.dst_selector.clone().unwrap_or_else(|| r.dst.to_string()),
         src_port: r.src_port.to_string(),
         dst_port: r.dst_port.to_string(),
         origin: r.origin.clone(),

@@ -80,6 +80,7 @@ fn permit(
         src_port,
         dst_port,
         origin: None,
+        dst_selector: None,
     }
 }
 

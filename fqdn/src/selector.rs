@@ -220,6 +220,25 @@ pub enum Selector {
 }
 
 impl Selector {
+    /// Parses a selector's label text, as ACL rules carry it: `fqdn:<matchPattern>`
+    /// (a pattern without `*` is a `matchName`) or `cidr:<prefix>`.
+    pub fn parse(text: &str) -> Result<Selector, String> {
+        if let Some(pattern) = text.strip_prefix("fqdn:") {
+            return FqdnSelector::match_pattern(pattern)
+                .map(Selector::Fqdn)
+                .map_err(|e| e.to_string());
+        }
+        if let Some(prefix) = text.strip_prefix("cidr:") {
+            return prefix
+                .parse::<IpNet>()
+                .map(|p| Selector::Cidr(CidrSelector::new(p)))
+                .map_err(|_| format!("cidr: {prefix:?} is not an address prefix"));
+        }
+        Err(format!(
+            "{text:?} is not a selector (fqdn:<matchPattern> or cidr:<prefix>)"
+        ))
+    }
+
     /// Whether the selector selects an identity with these labels.
     pub fn selects(&self, labels: &LabelSet) -> bool {
         match self {
@@ -262,6 +281,37 @@ mod tests {
 
     fn pat(p: &str) -> FqdnSelector {
         FqdnSelector::match_pattern(p).unwrap()
+    }
+
+    #[test]
+    fn selector_text_round_trips_and_bad_text_is_named() {
+        for text in [
+            "fqdn:*.example.com",
+            "fqdn:api.example.com",
+            "cidr:10.0.0.0/8",
+            "cidr:2001:db8::/32",
+        ] {
+            assert_eq!(Selector::parse(text).unwrap().to_string(), text);
+        }
+        assert_eq!(
+            Selector::parse("fqdn:API.Example.com.")
+                .unwrap()
+                .to_string(),
+            "fqdn:api.example.com"
+        );
+        assert_eq!(
+            Selector::parse("cidr:10.1.2.3/8").unwrap().to_string(),
+            "cidr:10.0.0.0/8"
+        );
+        assert!(Selector::parse("fqdn:a..b")
+            .unwrap_err()
+            .contains("empty label"));
+        assert!(Selector::parse("cidr:10.0.0.0/33")
+            .unwrap_err()
+            .starts_with("cidr:"));
+        assert!(Selector::parse("k8s:app=web")
+            .unwrap_err()
+            .contains("not a selector"));
     }
 
     #[test]

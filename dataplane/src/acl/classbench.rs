@@ -130,6 +130,7 @@ fn parse_rule(content: &str) -> Result<Rule, String> {
         src_port,
         dst_port,
         origin: None,
+        dst_selector: None,
     })
 }
 
@@ -270,6 +271,7 @@ mod tests {
                 src_port: PortRange::ANY,
                 dst_port: PortRange::single(5541),
                 origin: None,
+                dst_selector: None,
             }]
         );
     }

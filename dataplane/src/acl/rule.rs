@@ -340,6 +340,11 @@ pub struct Rule {
     pub dst_port: PortRange,
     /// The policy this rule was rendered from, for dumps.
     pub origin: Option<String>,
+    /// A remote-identity selector the destination must match instead of a prefix
+    /// (`fqdn:*.example.com`, `cidr:192.0.2.0/24`; `dst` is then `Any`). Address
+    /// classifiers never match such a rule: a [`Table`](super::table::Table) matches it
+    /// by the destination's identity, with the identity sets it is compiled with.
+    pub dst_selector: Option<String>,
 }
 
 impl Rule {
@@ -353,12 +358,15 @@ impl Rule {
             src_port: PortRange::ANY,
             dst_port: PortRange::ANY,
             origin: None,
+            dst_selector: None,
         }
     }
 
-    /// Whether every field of `key` is inside this rule's range for it.
+    /// Whether every field of `key` is inside this rule's range for it (never, for a
+    /// rule with a [`dst_selector`](Self::dst_selector): addresses carry no identity).
     pub fn matches(&self, key: &FlowKey) -> bool {
-        self.src.matches(key.src_ip())
+        self.dst_selector.is_none()
+            && self.src.matches(key.src_ip())
             && self.dst.matches(key.dst_ip())
             && self.proto.matches(key.proto)
             && self.src_port.contains(key.src_port)
@@ -368,6 +376,9 @@ impl Rule {
     /// Checks the operator rule model: source and destination of one family, port
     /// ranges not inverted, and ports only with tcp, udp or sctp.
     pub fn validate(&self) -> Result<(), RuleError> {
+        if self.dst_selector.is_some() && self.dst != Prefix::Any {
+            return Err(RuleError::SelectorAndPrefix { dst: self.dst });
+        }
         if let (Some(src), Some(dst)) = (self.src.is_v4(), self.dst.is_v4()) {
             if src != dst {
                 return Err(RuleError::MixedFamilies {
@@ -396,9 +407,14 @@ impl fmt::Display for Rule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} proto {} src {} dst {} src_port {} dst_port {}",
-            self.action, self.proto, self.src, self.dst, self.src_port, self.dst_port
+            "{} proto {} src {} dst ",
+            self.action, self.proto, self.src
         )?;
+        match &self.dst_selector {
+            Some(selector) => f.write_str(selector)?,
+            None => write!(f, "{}", self.dst)?,
+        }
+        write!(f, " src_port {} dst_port {}", self.src_port, self.dst_port)?;
         if let Some(origin) = &self.origin {
             write!(f, " origin {origin:?}")?;
         }
@@ -439,6 +455,12 @@ impl fmt::Display for RuleField {
 /// Why a rule field is invalid; every variant names its field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RuleError {
+    /// Both a destination prefix and a destination selector.
+    #[error("dst: {dst} and a selector: a rule matches its destination by one of them")]
+    SelectorAndPrefix {
+        /// The prefix given.
+        dst: Prefix,
+    },
     /// Not `deny`, `permit` or `reflect`.
     #[error("action: unknown action {text:?} (deny, permit or reflect)")]
     BadAction {
@@ -511,7 +533,7 @@ impl RuleError {
         match self {
             Self::BadAction { .. } => RuleField::Action,
             Self::BadProto { .. } => RuleField::Proto,
-            Self::MixedFamilies { .. } => RuleField::Dst,
+            Self::MixedFamilies { .. } | Self::SelectorAndPrefix { .. } => RuleField::Dst,
             Self::BadCidr { field, .. }
             | Self::BadPort { field, .. }
             | Self::PortTooLarge { field, .. }

@@ -109,6 +109,7 @@ pub fn rule(families: Families) -> impl Strategy<Value = Rule> {
             src_port,
             dst_port,
             origin: None,
+            dst_selector: None,
         },
     )
 }
