@@ -557,6 +557,7 @@ impl Rendered {
             tables,
             attach,
             global: self.global.clone(),
+            dns: Vec::new(),
             dry_run: false,
         }
     }
