@@ -608,6 +608,10 @@ pub enum TraceVerdict {
     /// Handed to worker `worker`, which owns the packet's connection and runs the
     /// pipeline for it (live traces only).
     Handoff { worker: u16 },
+    /// A DNS query handed to the DNS proxy, which answers the pod itself (or refuses
+    /// the name) after asking the upstream server.
+    #[serde(rename = "dns-proxy")]
+    DnsProxy,
 }
 
 /// Result of `trace.run`.
@@ -925,6 +929,20 @@ pub struct VpcEniState {
 }
 
 /// Conntrack methods' names.
+/// `fqdn.*`: the FQDN policy state (`docs/fqdn.md`); no params.
+pub mod fqdn_method {
+    /// The names the DNS proxy learned: `{"names": [{name, labels, endpoints, ips:
+    /// [{ip, expires, identity}]}]}`.
+    pub const CACHE: &str = "fqdn.cache";
+    /// The identities in use: `{"identities": [{id, labels, refs, prefixes}],
+    /// "breaker": {…counters}}`.
+    pub const IDENTITIES: &str = "fqdn.identities";
+    /// The selectors in force and their identities, the DNS policies, and the proxy's
+    /// counters: `{"selectors": [{selector, identities}], "dns": [...], "proxy": {…},
+    /// "pending": N}`.
+    pub const SELECTORS: &str = "fqdn.selectors";
+}
+
 pub mod ct_method {
     /// Tracked connections, filtered.
     pub const DUMP: &str = "ct.dump";

@@ -311,6 +311,7 @@ pub fn render_verdict(verdict: &TraceVerdict) -> String {
         TraceVerdict::Forward { port } => format!("verdict: forward {port}"),
         TraceVerdict::Drop { reason } => format!("verdict: drop {reason}"),
         TraceVerdict::Handoff { worker } => format!("verdict: handed to worker {worker}"),
+        TraceVerdict::DnsProxy => "verdict: to the DNS proxy".to_string(),
     }
 }
 

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 pub use ferrule_api::acl::MAX_TABLES;
+use ferrule_dataplane::acl::identity::IdentityId;
 
 /// A port as the ACL state names it: its name, role and the pod it records.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,7 +40,7 @@ pub struct AclPort {
 
 impl AclPort {
     /// Whether an attachment to `target` reaches this port.
-    fn takes(&self, target: &AttachTarget) -> bool {
+    pub(crate) fn takes(&self, target: &AttachTarget) -> bool {
         !self.name.is_empty()
             && match target {
                 AttachTarget::Port(name) => self.name == *name,
@@ -60,6 +61,8 @@ pub struct Desired {
     pub attach: Vec<(u16, Direction, usize)>,
     /// Index of the global table.
     pub global: Option<usize>,
+    /// The DNS policies (ports or pods whose DNS goes through the proxy).
+    pub dns: Vec<ferrule_api::acl::DnsPolicy>,
     pub dry_run: bool,
 }
 
@@ -86,6 +89,7 @@ pub fn parse_apply(params: &Value, ports: &[AclPort]) -> Result<Desired, RpcErro
         requested: apply.attach,
         attach,
         global,
+        dns: apply.dns,
         dry_run: apply.dry_run,
     })
 }
@@ -347,6 +351,55 @@ impl AclManager {
         Some(next)
     }
 
+    /// Recompiles the tables whose selector rules' identity sets changed (`selected`
+    /// gives them now), keeping their rules, slots and attachments. Returns the new
+    /// state to publish, if a table changed. A table that fails to compile keeps its
+    /// old identity sets (logged).
+    pub fn refresh_selectors(
+        &mut self,
+        selected: &dyn Fn(&str) -> Vec<IdentityId>,
+    ) -> Option<Arc<AclTables>> {
+        let mut changed = false;
+        let tables: Vec<Arc<Table>> = self
+            .current
+            .tables
+            .iter()
+            .map(|t| {
+                if t.selectors_current(selected) {
+                    return Arc::clone(t);
+                }
+                match Table::compile_with(
+                    t.name.clone(),
+                    t.rules.clone(),
+                    t.slots.clone(),
+                    t.no_match_slot,
+                    selected,
+                ) {
+                    Ok(table) => {
+                        changed = true;
+                        Arc::new(table)
+                    }
+                    Err(e) => {
+                        tracing::warn!(table = %t.name, error = %e, "cannot recompile the table with its selectors' new identities; it keeps the old ones");
+                        Arc::clone(t)
+                    }
+                }
+            })
+            .collect();
+        if !changed {
+            return None;
+        }
+        let next = Arc::new(AclTables::new(
+            tables,
+            self.current.ingress,
+            self.current.egress,
+            self.current.global,
+            self.current.generation + 1,
+        ));
+        self.current = Arc::clone(&next);
+        Some(next)
+    }
+
     /// Per table of the state in force: its rule count, the packets its rules matched
     /// and the packets none did (metrics).
     pub fn table_counts(&self, counters: &[&RuleCounters]) -> Vec<crate::metrics::AclTableCounts> {
@@ -405,6 +458,7 @@ impl AclManager {
         &mut self,
         desired: &Desired,
         counters: &[&RuleCounters],
+        selected: &dyn Fn(&str) -> Vec<IdentityId>,
     ) -> Result<Applied, RpcError> {
         self.reclaim();
         let started = Instant::now();
@@ -477,7 +531,9 @@ impl AclManager {
         };
         for (t, (name, rules)) in desired.tables.iter().enumerate() {
             let previous = old.get(name.as_str());
-            if let Some(prev) = previous.filter(|p| p.rules == *rules) {
+            if let Some(prev) =
+                previous.filter(|p| p.rules == *rules && p.selectors_current(selected))
+            {
                 unchanged += 1;
                 kept_slots.extend(prev.slots.iter().copied());
                 kept_slots.insert(prev.no_match_slot);
@@ -509,7 +565,8 @@ impl AclManager {
                 }
                 None => take(&mut slots, &mut fresh)?,
             };
-            let table = Table::compile(name.clone(), rules.clone(), table_slots, no_match)
+            let table =
+                Table::compile_with(name.clone(), rules.clone(), table_slots, no_match, selected)
                 .map_err(|e| {
                     invalid(
                         &format!("tables[{t}]"),

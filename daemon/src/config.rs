@@ -104,6 +104,39 @@ pub struct Config {
     /// `[networks]`: the cluster facts user-defined networks are checked and planned
     /// against.
     pub udn: NetworksSection,
+    /// `[fqdn]`: FQDN policy and the DNS proxy.
+    pub fqdn: FqdnSection,
+}
+
+/// `[fqdn]`: FQDN policy (`docs/fqdn.md`) and the DNS proxy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FqdnSection {
+    /// The cluster DNS service addresses: UDP queries from ports under DNS policy to
+    /// them go to the DNS proxy. None: no port can be under DNS policy.
+    pub dns_servers: Vec<IpAddr>,
+    /// Where the proxy forwards queries (none: the address the pod asked, port 53).
+    pub upstream: Option<std::net::SocketAddr>,
+    /// The name cache's minimum TTL and the circuit breaker's limits.
+    pub config: ferrule_fqdn::FqdnConfig,
+    /// How often expired addresses are collected.
+    pub gc_interval_ms: u64,
+    /// How long the proxy waits for the upstream server's answer.
+    pub upstream_timeout_ms: u64,
+    /// The name cache and identities' checkpoint (default: beside the state file).
+    pub checkpoint: Option<PathBuf>,
+}
+
+impl Default for FqdnSection {
+    fn default() -> Self {
+        FqdnSection {
+            dns_servers: Vec::new(),
+            upstream: None,
+            config: ferrule_fqdn::FqdnConfig::default(),
+            gc_interval_ms: 1000,
+            upstream_timeout_ms: 5000,
+            checkpoint: None,
+        }
+    }
 }
 
 /// `[networks]`: what user-defined networks are validated against and how this node
@@ -407,6 +440,108 @@ struct RawConfig {
     metrics: RawMetrics,
     #[serde(default)]
     networks: RawNetworks,
+    #[serde(default)]
+    fqdn: RawFqdn,
+}
+
+/// `[fqdn]`, as written.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+struct RawFqdn {
+    dns_servers: Option<Spanned<Vec<String>>>,
+    upstream: Option<Spanned<String>>,
+    min_ttl: Option<Spanned<u32>>,
+    max_ips_per_name: Option<Spanned<usize>>,
+    max_fqdn_identities: Option<Spanned<usize>>,
+    gc_interval_ms: Option<Spanned<u64>>,
+    upstream_timeout_ms: Option<Spanned<u64>>,
+    checkpoint: Option<Spanned<PathBuf>>,
+}
+
+impl RawFqdn {
+    fn validate(&self, ctx: &Ctx, state: Option<&Path>) -> Result<FqdnSection, ConfigError> {
+        let mut out = FqdnSection::default();
+        if let Some(v) = &self.dns_servers {
+            for (i, text) in v.get_ref().iter().enumerate() {
+                let ip: IpAddr = text.parse().map_err(|_| {
+                    ctx.err(
+                        v.span(),
+                        &format!("fqdn.dns_servers[{i}]"),
+                        format!("{text:?} is not an IP address"),
+                    )
+                })?;
+                out.dns_servers.push(ip);
+            }
+        }
+        if let Some(u) = &self.upstream {
+            let text = u.get_ref();
+            out.upstream = Some(text.parse().map_err(|_| {
+                ctx.err(
+                    u.span(),
+                    "fqdn.upstream",
+                    format!("{text:?}: ADDRESS:PORT of the DNS server queries are forwarded to"),
+                )
+            })?);
+        }
+        if let Some(t) = &self.min_ttl {
+            out.config.min_ttl = *t.get_ref();
+        }
+        let positive = |v: &Option<Spanned<usize>>, key: &str, into: &mut usize| {
+            if let Some(v) = v {
+                if *v.get_ref() == 0 {
+                    return Err(ctx.err(v.span(), key, "at least 1"));
+                }
+                *into = *v.get_ref();
+            }
+            Ok(())
+        };
+        positive(
+            &self.max_ips_per_name,
+            "fqdn.max_ips_per_name",
+            &mut out.config.limits.max_ips_per_name,
+        )?;
+        positive(
+            &self.max_fqdn_identities,
+            "fqdn.max_fqdn_identities",
+            &mut out.config.limits.max_fqdn_identities,
+        )?;
+        for (v, key, into) in [
+            (&self.gc_interval_ms, "fqdn.gc_interval_ms", &mut out.gc_interval_ms),
+            (
+                &self.upstream_timeout_ms,
+                "fqdn.upstream_timeout_ms",
+                &mut out.upstream_timeout_ms,
+            ),
+        ] {
+            if let Some(v) = v {
+                let ms = *v.get_ref();
+                if !(10..=3_600_000).contains(&ms) {
+                    return Err(ctx.err(v.span(), key, format!("{ms}: 10..=3600000 ms")));
+                }
+                *into = ms;
+            }
+        }
+        out.checkpoint = match &self.checkpoint {
+            Some(p) => {
+                let path = p.get_ref();
+                if !path.is_absolute() || path.file_name().is_none() {
+                    return Err(ctx.err(
+                        p.span(),
+                        "fqdn.checkpoint",
+                        format!("{}: an absolute file path", path.display()),
+                    ));
+                }
+                Some(path.clone())
+            }
+            // Beside the state file: `state.json` → `state.json.fqdn`.
+            None => state.map(|s| {
+                let mut name = s.as_os_str().to_owned();
+                name.push(".fqdn");
+                PathBuf::from(name)
+            }),
+        };
+        Ok(out)
+    }
 }
 
 /// `[networks]`, as written.
@@ -1340,7 +1475,9 @@ impl RawConfig {
                 )
             })?)
         };
+        let fqdn = self.fqdn.validate(ctx, state.as_deref())?;
         Ok(Config {
+            fqdn,
             eal,
             control,
             state,

@@ -167,6 +167,10 @@ pub struct Fib {
     switching: Arc<ferrule_dataplane::switching::Switching>,
     /// The node's ENIs (`vpc.sync`) and what each added to the ports and tables.
     enis: Vec<EniRecord>,
+    /// The IP → identity maps of FQDN policy (`crate::fqdn`), published as they are.
+    identities: Arc<ferrule_dataplane::acl::identity::Identities>,
+    /// Which ports' DNS queries go to the DNS proxy.
+    dns: Option<Arc<ferrule_dataplane::snapshot::DnsIntercept>>,
     generation: u64,
 }
 
@@ -231,6 +235,8 @@ impl Fib {
             locked_allow: Arc::new(cfg.udn.default_network_allow.clone()),
             switching: Arc::default(),
             enis: Vec::new(),
+            identities: Arc::default(),
+            dns: None,
             generation: 0,
         };
         for (i, p) in cfg.ports.iter().enumerate() {
@@ -1028,6 +1034,16 @@ impl Fib {
     }
 
     /// Replaces the ACL tables the next generation carries.
+    /// Sets the IP → identity maps the next generations carry.
+    pub fn set_identities(&mut self, identities: Arc<ferrule_dataplane::acl::identity::Identities>) {
+        self.identities = identities;
+    }
+
+    /// Sets which ports' DNS queries go to the DNS proxy (`None`: none).
+    pub fn set_dns(&mut self, dns: Option<Arc<ferrule_dataplane::snapshot::DnsIntercept>>) {
+        self.dns = dns;
+    }
+
     pub fn set_acl(&mut self, acl: Arc<AclTables>) {
         self.acl = acl;
     }
@@ -1077,6 +1093,8 @@ impl Fib {
             any_locked: self.locked.iter().any(|&l| l),
             switching: Arc::clone(&self.switching),
             source_routes: self.source_routes(),
+            identities: Arc::clone(&self.identities),
+            dns: self.dns.clone(),
         };
         snap.resolve_gateways();
         snap.update_locked();

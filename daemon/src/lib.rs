@@ -7,6 +7,7 @@ pub mod config;
 pub mod daemon;
 pub mod fdb;
 pub mod fib;
+pub mod fqdn;
 pub mod metrics;
 pub mod networks;
 pub mod persist;

@@ -123,6 +123,7 @@ pub fn render(
                 reason: "no-neighbour".into(),
             }
         }
+        Action::Punt(Punt::Dns) => TraceVerdict::DnsProxy,
         Action::Punt(Punt::Learn) => {
             // Consumed by the control thread (not forwarded); the closest verdict.
             stages.push(TraceStage {
@@ -252,6 +253,7 @@ pub fn run(snap: &Snapshot, p: &TraceRun) -> Result<TraceResult, RpcError> {
             RpcError::invalid_params("proto", "icmp is IPv4, icmpv6 is IPv6")
         }
         SynthError::Proto => RpcError::invalid_params("proto", "unsupported protocol"),
+        SynthError::TooLong => RpcError::invalid_params("ip_len", "longer than 65535 bytes"),
     })?;
     if frame.len() > 14 + 9600 {
         return Err(RpcError::invalid_params("len", "at most 9600 bytes"));

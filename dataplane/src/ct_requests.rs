@@ -53,6 +53,9 @@ pub enum CtRequest {
     Flush { filter: CtFilter },
     /// Counters and occupancy.
     Stats,
+    /// Which of these addresses an end of some connection has (either direction, after
+    /// NAT too): the FQDN garbage collection keeps an expired address while one does.
+    InUse { addrs: Vec<IpAddr> },
 }
 
 /// One connection as a dump shows it.
@@ -89,6 +92,10 @@ impl ConnInfo {
 /// A worker's answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CtReply {
+    InUse {
+        worker: u16,
+        used: Vec<IpAddr>,
+    },
     Dump {
         worker: u16,
         conns: Vec<ConnInfo>,
@@ -128,6 +135,25 @@ pub fn answer(worker: u16, table: &mut ConnTable, request: &CtRequest, now: Mill
                 worker,
                 conns,
                 truncated,
+            }
+        }
+        CtRequest::InUse { addrs } => {
+            let wanted: std::collections::HashSet<IpAddr> = addrs.iter().copied().collect();
+            let mut used = std::collections::HashSet::new();
+            if !wanted.is_empty() {
+                for (_, conn) in table.iter() {
+                    for key in [conn.key(), conn.reply_key()] {
+                        for ip in [key.src_ip(), key.dst_ip()] {
+                            if wanted.contains(&ip) {
+                                used.insert(ip);
+                            }
+                        }
+                    }
+                }
+            }
+            CtReply::InUse {
+                worker,
+                used: used.into_iter().collect(),
             }
         }
         CtRequest::Flush { filter } => CtReply::Flush {

@@ -4,6 +4,7 @@
 //! every worker once per poll round. A new generation is published as a whole; workers
 //! never see a half-applied change.
 
+use crate::acl::identity::Identities;
 use crate::acl::table::AclTables;
 use crate::lpm::{Lpm4, Lpm6, NextHop};
 use crate::nat::SnatPolicy;
@@ -320,6 +321,21 @@ pub struct Snapshot {
     /// Source routing (the ENIs' route tables); `None` when there is none, and then the
     /// route stage never looks at a packet's source.
     pub source_routes: Option<Arc<SourceRoutes>>,
+    /// Each network's IP → identity map, which ACL rules with a destination selector
+    /// (FQDN and CIDR policy) match against.
+    pub identities: Arc<Identities>,
+    /// Which ports' DNS queries go to the DNS proxy, and to which addresses; `None`
+    /// when no port is under DNS policy.
+    pub dns: Option<Arc<DnsIntercept>>,
+}
+
+/// The DNS queries the pipeline hands to the DNS proxy (`pipeline::dns`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DnsIntercept {
+    /// By port index: whether the port is under DNS policy.
+    pub ports: Vec<bool>,
+    /// The DNS service addresses (the cluster DNS) queries are intercepted to.
+    pub servers: Vec<IpAddr>,
 }
 
 /// A route table chosen by a packet's source address rather than the network's main
@@ -376,6 +392,8 @@ impl Snapshot {
             any_locked: false,
             switching: Arc::default(),
             source_routes: None,
+            identities: Arc::default(),
+            dns: None,
         }
     }
 

@@ -138,7 +138,7 @@ pub struct SelectorView {
 }
 
 /// The FQDN policy state of a node.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct FqdnState {
     config: FqdnConfig,
     selectors: BTreeSet<Selector>,
@@ -455,6 +455,17 @@ impl FqdnState {
             self.name_labels.remove(&name);
         }
         self.finish(b)
+    }
+
+    /// The addresses whose TTL ran out at `now`: what `gc` asks the connection tracker
+    /// about.
+    pub fn expired(&self, now: Timestamp) -> BTreeSet<IpAddr> {
+        self.names
+            .iter()
+            .flat_map(|(_, e)| e.ips.iter())
+            .filter(|(_, e)| e.expires <= now)
+            .map(|(ip, _)| *ip)
+            .collect()
     }
 
     /// Forgets the addresses whose TTL ran out at `now` and that no tracked connection

@@ -274,6 +274,8 @@ fn snapshot(ct_on: bool) -> Snapshot {
         any_locked: false,
         switching: Default::default(),
         source_routes: None,
+        identities: Default::default(),
+        dns: None,
     };
     // The pod port stands for the 250 pods (10.0.0.1-250): they send from 10.0.0.0/24
     // (`allowed_addresses`), through port security like any pod.

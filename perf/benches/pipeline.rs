@@ -132,6 +132,8 @@ fn snapshot(routes: &[(u32, u8, u32)]) -> Snapshot {
         any_locked: false,
         switching: Default::default(),
         source_routes: None,
+        identities: Default::default(),
+        dns: None,
     };
     snap.resolve_gateways();
     snap

@@ -78,7 +78,9 @@ impl Node {
             return (true, false);
         };
         let mut out = [0u32; 1];
-        t.classify(std::slice::from_ref(key), &mut out);
+        // Offline there are no DNS answers: selector rules match no address.
+        let identities = ferrule_dataplane::acl::identity::Identities::default();
+        t.classify(std::slice::from_ref(key), &mut out, &identities);
         let action = t.action(out[0]);
         trace.push(format!(
             "{at}: table {name} rule {}: {action}",

@@ -3,6 +3,7 @@
 //! socket), clear counters.
 
 use super::state::WorkerRuntime;
+use crate::fqdn::{selected_in, selectors_of};
 use super::{to_value, NodeState};
 use ferrule_api::rpc::{parse_params, ReplyStream, RpcError};
 use ferrule_api::{AclClearParams, AclDumpParams};
@@ -18,8 +19,24 @@ fn rule_counters(workers: &[WorkerRuntime]) -> Vec<&RuleCounters> {
 impl NodeState {
     pub(super) fn acl_apply(&mut self, params: &Value) -> Result<Value, RpcError> {
         let desired = crate::acl::parse_apply(params, self.acl.ports())?;
-        let applied = self.acl.apply(&desired, &rule_counters(&self.workers))?;
+        self.fqdn
+            .check_policies(&desired.dns)
+            .map_err(|e| RpcError::invalid_params("dns", e))?;
+        // The tables compile against the FQDN state with their selectors in force; both
+        // are committed only when the apply succeeds.
+        let selectors = selectors_of(desired.tables.iter().map(|(_, r)| r.as_slice()));
+        let (next, _changes) = self.fqdn.with_selectors(&selectors);
+        let applied = self.acl.apply(&desired, &rule_counters(&self.workers), &|s| {
+            selected_in(&next, s)
+        })?;
         let mut result = applied.result;
+        if !desired.dry_run {
+            self.fqdn.commit(next, desired.dns.clone());
+            self.sync_fqdn();
+            if applied.tables.is_none() {
+                self.publish();
+            }
+        }
         if let Some(tables) = applied.tables {
             self.fib.set_acl(tables);
             self.publish();

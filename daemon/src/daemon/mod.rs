@@ -8,6 +8,7 @@
 mod acl;
 mod ct;
 mod devices;
+mod fqdn;
 mod networks;
 mod ports;
 mod punt;
@@ -355,6 +356,7 @@ impl Daemon {
             plans,
             Duration::from_secs(u64::from(cfg.dataplane.neighbor_max_age_s)),
             &cfg.udn,
+            &cfg.fqdn,
         );
         let mut daemon = Daemon {
             state,
@@ -754,6 +756,7 @@ impl Daemon {
             self.metrics = Some(m);
         }
         self.state.drain_punts(&self.pool);
+        self.state.fqdn_tick(&self.pool);
         self.state.resolve_due(&self.pool);
         self.state.learn_and_age_macs();
         let now = Instant::now();

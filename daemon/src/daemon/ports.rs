@@ -240,6 +240,8 @@ impl Daemon {
         if let Some(tables) = self.state.acl.set_ports(self.state.fib.acl_ports()) {
             self.state.fib.set_acl(tables);
         }
+        // Ports under DNS policy follow the pods they record.
+        self.state.sync_fqdn();
     }
 
     /// Gives each receive queue of port `index` to the worker with the fewest queues.

@@ -69,6 +69,7 @@ impl NodeState {
                         }
                     }
                 }
+                Punt::Dns => self.dns_query(item.mbuf, item.in_port, pool),
                 Punt::Resolve { network, ip, port } => {
                     let key = (network, ip);
                     if self.fib.neighbor(key).is_some() {

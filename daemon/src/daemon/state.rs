@@ -52,6 +52,8 @@ pub struct NodeState {
     pub(crate) udn: crate::networks::UdnState,
     /// The switched networks' MAC tables.
     pub(crate) fdb: crate::fdb::Fdb,
+    /// FQDN policy: names, identities, the DNS proxy.
+    pub(crate) fqdn: crate::fqdn::Fqdn,
 }
 
 impl NodeState {
@@ -63,6 +65,7 @@ impl NodeState {
         plans: Vec<WorkerPlan>,
         neighbor_max_age: Duration,
         networks: &crate::config::NetworksSection,
+        fqdn: &crate::config::FqdnSection,
     ) -> NodeState {
         let acl = AclManager::new(fib.acl_ports());
         NodeState {
@@ -90,6 +93,7 @@ impl NodeState {
                 crate::fdb::DEFAULT_CAPACITY,
                 Instant::now(),
             ),
+            fqdn: crate::fqdn::Fqdn::new(fqdn.clone()),
         }
     }
 
@@ -137,6 +141,7 @@ impl NodeState {
             plans,
             Duration::from_secs(u64::from(cfg.dataplane.neighbor_max_age_s)),
             &cfg.udn,
+            &cfg.fqdn,
         ))
     }
 
@@ -166,6 +171,9 @@ impl NodeState {
             api::network_method::LIST => self.network_list(params),
             api::network_method::LOOKUP => self.network_lookup(params),
             api::network_method::FDB => self.network_fdb(params),
+            api::fqdn_method::CACHE => self.fqdn_cache(params),
+            api::fqdn_method::IDENTITIES => self.fqdn_identities(params),
+            api::fqdn_method::SELECTORS => self.fqdn_selectors(params),
             _ => return None,
         })
     }

@@ -22,6 +22,7 @@
 pub mod classbench;
 pub mod compiled;
 pub mod error;
+pub mod identity;
 pub mod reference;
 pub mod rfc;
 pub mod rule;

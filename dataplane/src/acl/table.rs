@@ -6,8 +6,10 @@
 //! matches is denied (the implicit deny of VPP's acl-plugin), and counted on the
 //! table's no-match slot. `reflect` permits (conntrack adds the reply state).
 
+use super::identity::{identity_key, identity_prefix, Identities, IdentityId};
 use super::rule::{Action, Rule};
 use super::{Classifier, ClassifierError, Compiled, FlowKey, NO_MATCH};
+use crate::flow::Family;
 use crate::counters::MAX_PORTS;
 use std::sync::Arc;
 
@@ -25,7 +27,30 @@ pub struct Table {
     /// The counter slot of packets no rule matches (denied).
     pub no_match_slot: u32,
     classifier: Compiled,
+    /// The rules matched by the destination's identity, if the table has any.
+    selectors: Option<Box<SelectorRules>>,
 }
+
+/// A table's rules with a destination selector, compiled apart: one rule per identity
+/// the selector selects, with the identity encoded as the destination
+/// ([`identity_prefix`]), classified against keys whose destination is the packet's
+/// remote identity ([`identity_key`]). The address classifier then holds only the
+/// other rules; a packet's verdict is the earlier of the two first matches.
+#[derive(Debug)]
+struct SelectorRules {
+    classifier: Compiled,
+    /// The table's rule index of each identity rule.
+    rule_of: Vec<u32>,
+    /// The table's rule index of each rule of the address classifier.
+    address_rule_of: Vec<u32>,
+    /// How many identity rules each selector rule became, by table rule index.
+    expanded: Vec<u32>,
+    /// Each selector's identities as compiled, by selector (sorted).
+    sets: Vec<(String, Vec<IdentityId>)>,
+}
+
+/// Keys a table with selector rules classifies at once.
+const SELECTOR_BURST: usize = 64;
 
 impl Table {
     /// Compiles `rules` (already validated) with their counter slots.
@@ -38,8 +63,71 @@ impl Table {
         slots: Vec<u32>,
         no_match_slot: u32,
     ) -> Result<Table, ClassifierError> {
+        Table::compile_with(name, rules, slots, no_match_slot, &|_| Vec::new())
+    }
+
+    /// Compiles `rules` (already validated) with their counter slots; a rule with a
+    /// destination selector matches the identities `selected(selector)` gives.
+    ///
+    /// # Panics
+    /// If `slots` does not hold one slot per rule.
+    pub fn compile_with(
+        name: String,
+        rules: Vec<Rule>,
+        slots: Vec<u32>,
+        no_match_slot: u32,
+        selected: &dyn Fn(&str) -> Vec<IdentityId>,
+    ) -> Result<Table, ClassifierError> {
         assert_eq!(rules.len(), slots.len(), "one counter slot per rule");
-        let classifier = Compiled::new(&rules)?;
+        let (classifier, selectors) = if rules.iter().any(|r| r.dst_selector.is_some()) {
+            let mut address = Vec::new();
+            let mut address_rule_of = Vec::new();
+            let mut identity = Vec::new();
+            let mut rule_of = Vec::new();
+            let mut expanded = vec![0u32; rules.len()];
+            let mut sets: Vec<(String, Vec<IdentityId>)> = Vec::new();
+            for (index, rule) in rules.iter().enumerate() {
+                let Some(selector) = &rule.dst_selector else {
+                    address.push(rule.clone());
+                    address_rule_of.push(index as u32);
+                    continue;
+                };
+                let ids = match sets.iter().find(|(s, _)| s == selector) {
+                    Some((_, ids)) => ids.clone(),
+                    None => {
+                        let mut ids = selected(selector);
+                        ids.sort_unstable();
+                        ids.dedup();
+                        sets.push((selector.clone(), ids.clone()));
+                        ids
+                    }
+                };
+                for id in ids {
+                    for family in [Family::V4, Family::V6] {
+                        if rule.src.is_v4() == Some(family == Family::V6) {
+                            continue;
+                        }
+                        let mut r = rule.clone();
+                        r.dst_selector = None;
+                        r.dst = identity_prefix(id, family);
+                        identity.push(r);
+                        rule_of.push(index as u32);
+                        expanded[index] += 1;
+                    }
+                }
+            }
+            sets.sort();
+            let selectors = SelectorRules {
+                classifier: Compiled::new(&identity)?,
+                rule_of,
+                address_rule_of,
+                expanded,
+                sets,
+            };
+            (Compiled::new(&address)?, Some(Box::new(selectors)))
+        } else {
+            (Compiled::new(&rules)?, None)
+        };
         Ok(Table {
             name,
             actions: rules.iter().map(|r| r.action).collect(),
@@ -47,14 +135,53 @@ impl Table {
             slots,
             no_match_slot,
             classifier,
+            selectors,
         })
     }
 
+    /// Whether some rule matches by the destination's identity.
+    #[inline(always)]
+    pub fn has_selectors(&self) -> bool {
+        self.selectors.is_some()
+    }
+
+    /// Whether the table was compiled with the identity sets `selected` gives now (a
+    /// table without selector rules always is).
+    pub fn selectors_current(&self, selected: &dyn Fn(&str) -> Vec<IdentityId>) -> bool {
+        let Some(s) = &self.selectors else {
+            return true;
+        };
+        s.sets.iter().all(|(selector, ids)| {
+            let mut now = selected(selector);
+            now.sort_unstable();
+            now.dedup();
+            now == *ids
+        })
+    }
+
+    /// Each selector of the table with the identities it was compiled with.
+    pub fn selector_sets(&self) -> &[(String, Vec<IdentityId>)] {
+        self.selectors.as_ref().map_or(&[], |s| &s.sets)
+    }
+
+    /// How many identities rule `index` (a selector rule) matches.
+    pub fn selector_identities(&self, index: usize) -> Option<u32> {
+        let s = self.selectors.as_ref()?;
+        self.rules.get(index)?.dst_selector.as_ref()?;
+        // Two identity rules per identity when the rule's source is of no family.
+        let per = if self.rules[index].src.is_v4().is_none() { 2 } else { 1 };
+        Some(s.expanded[index] / per)
+    }
+
     /// Classifies a burst: `out[i]` is the first matching rule of `keys[i]` or
-    /// [`NO_MATCH`].
+    /// [`NO_MATCH`]. The remote identities of selector rules are looked up in
+    /// `identities`.
     #[inline]
-    pub fn classify(&self, keys: &[FlowKey], out: &mut [u32]) {
+    pub fn classify(&self, keys: &[FlowKey], out: &mut [u32], identities: &Identities) {
         self.classifier.classify_batch(keys, out);
+        if let Some(s) = &self.selectors {
+            s.classify(keys, out, identities);
+        }
     }
 
     /// Whether a lookup result lets the packet through.
@@ -89,6 +216,27 @@ impl Table {
     /// Bytes of the compiled classifier.
     pub fn memory_bytes(&self) -> usize {
         self.classifier.memory_bytes()
+    }
+}
+
+impl SelectorRules {
+    /// `out` holds the address classifier's results; maps them to table rule indexes
+    /// and takes the identity classifier's earlier matches.
+    fn classify(&self, keys: &[FlowKey], out: &mut [u32], identities: &Identities) {
+        let mut id_keys = [FlowKey::default(); SELECTOR_BURST];
+        let mut id_out = [NO_MATCH; SELECTOR_BURST];
+        for (keys, out) in keys.chunks(SELECTOR_BURST).zip(out.chunks_mut(SELECTOR_BURST)) {
+            let n = keys.len();
+            for (k, key) in id_keys.iter_mut().zip(keys) {
+                *k = identity_key(key, identities.dst_identity(key));
+            }
+            self.classifier.classify_batch(&id_keys[..n], &mut id_out[..n]);
+            for (o, &i) in out.iter_mut().zip(&id_out[..n]) {
+                let a = self.address_rule_of.get(*o as usize).copied().unwrap_or(NO_MATCH);
+                let b = self.rule_of.get(i as usize).copied().unwrap_or(NO_MATCH);
+                *o = a.min(b);
+            }
+        }
     }
 }
 
@@ -215,7 +363,7 @@ mod tests {
         ssh.dst_port = PortRange::single(22);
         let t = Table::compile("t".into(), vec![web, ssh], vec![7, 9], 11).unwrap();
         let mut out = [0u32; 3];
-        t.classify(&[key(80), key(22), key(443)], &mut out);
+        t.classify(&[key(80), key(22), key(443)], &mut out, &Identities::default());
         assert_eq!(out, [0, 1, NO_MATCH]);
         assert!(t.permits(out[0]) && !t.permits(out[1]) && !t.permits(out[2]));
         assert_eq!([t.slot(out[0]), t.slot(out[1]), t.slot(out[2])], [7, 9, 11]);

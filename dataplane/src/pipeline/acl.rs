@@ -5,6 +5,7 @@
 
 use super::burst::Burst;
 use super::{trace, Action, Frames, Parsed, Stage, Tracer, MAX_BURST};
+use crate::acl::identity::Identities;
 use crate::acl::rule::Action as RuleAction;
 use crate::acl::table::{Direction, Table};
 use crate::acl::FlowKey;
@@ -77,6 +78,7 @@ pub fn ingress<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
     }
     let passed = filter(
         table,
+        &b.snap.identities,
         "ingress",
         &mut s.members[..m],
         &s.parsed,
@@ -145,6 +147,7 @@ pub fn egress<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
             };
             filter(
                 table,
+                &snap.identities,
                 direction,
                 &mut s.members[..m],
                 &s.parsed,
@@ -176,6 +179,7 @@ pub fn egress<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
 #[inline]
 fn filter<F: Frames + ?Sized, T: Tracer>(
     table: &Table,
+    identities: &Identities,
     direction: &str,
     list: &mut [u16],
     parsed: &[Parsed; MAX_BURST],
@@ -189,13 +193,24 @@ fn filter<F: Frames + ?Sized, T: Tracer>(
     for (key, &i) in a.keys.iter_mut().zip(list.iter()) {
         *key = parsed[usize::from(i)].key;
     }
-    table.classify(&a.keys[..n], &mut a.results[..n]);
+    table.classify(&a.keys[..n], &mut a.results[..n], identities);
     let mut kept = 0usize;
     for k in 0..n {
         let i = usize::from(list[k]);
         let result = a.results[k];
         record_hit(a, table.slot(result), frames.frame(i).len());
         trace_verdict(t, table, direction, result);
+        if T::ENABLED && table.has_selectors() {
+            let key = &parsed[i].key;
+            trace!(
+                t,
+                Stage::Acl,
+                "{} has identity {} in network {}",
+                key.dst_ip(),
+                identities.dst_identity(key),
+                key.network
+            );
+        }
         let permitted = table.permits(result);
         a.denied[i] = !permitted;
         reflect[i] |= permitted && table.action(result) == RuleAction::Reflect;
@@ -229,11 +244,15 @@ fn trace_verdict<T: Tracer>(t: &mut T, table: &Table, direction: &str, result: u
         Some(rule) => trace!(
             t,
             Stage::Acl,
-            "{} table {} rule {}: {}{}",
+            "{} table {} rule {}: {}{}{}",
             direction,
             table.name,
             result,
             rule.action,
+            rule.dst_selector
+                .as_deref()
+                .map(|s| format!(" (dst {s})"))
+                .unwrap_or_default(),
             rule.origin
                 .as_deref()
                 .map(|o| format!(" (origin {o})"))

@@ -938,7 +938,7 @@ fn reply_recheck<T: Tracer>(
     for (direction, table) in tables {
         let Some(table) = table else { continue };
         let mut result = [0u32];
-        table.classify(std::slice::from_ref(&key), &mut result);
+        table.classify(std::slice::from_ref(&key), &mut result, &snap.identities);
         if !table.permits(result[0]) {
             trace!(
                 t,

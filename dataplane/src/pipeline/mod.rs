@@ -9,6 +9,7 @@
 //! MAC and addresses as source; ARP) → [`ct`] lookup (the connection: owner worker,
 //! lookup, replies translated back) → [`ttl`] (local: ARP, ND, echo for
 //! Ferrule's own addresses; then ttl) → [`acl`] ingress (the input port's table) →
+//! [`dns`] (queries of ports under DNS policy to the DNS proxy) →
 //! [`route`] (per-network LPM) → [`acl`] egress (the output port's table, then the
 //! global table on uplinks) → [`mtu`] → [`ct`] commit (new connections, masquerade) →
 //! [`neighbor`] (neighbour and rewrite) → [`ct`] close (connections the changed ACLs
@@ -18,6 +19,7 @@
 pub mod acl;
 pub mod burst;
 pub mod ct;
+pub mod dns;
 pub mod icmp_error;
 pub mod l2;
 pub mod local;
@@ -49,6 +51,9 @@ pub enum Punt {
     /// The next hop `ip` on `port` has no resolved MAC yet: hold the packet while the
     /// control thread resolves it, then send it.
     Resolve { network: u16, ip: IpAddr, port: u16 },
+    /// A DNS query (UDP) from a port under DNS policy to a DNS service address: for
+    /// the DNS proxy ([`dns`]).
+    Dns,
 }
 
 /// Which ICMP error to send back to a packet's source.
@@ -108,6 +113,7 @@ pub enum Stage {
     Local,
     Ttl,
     Acl,
+    Dns,
     Route,
     Nat,
     Mtu,
@@ -126,6 +132,7 @@ impl Stage {
             Stage::Local => "local",
             Stage::Ttl => "ttl",
             Stage::Acl => "acl",
+            Stage::Dns => "dns",
             Stage::Route => "route",
             Stage::Nat => "nat",
             Stage::Mtu => "mtu",
@@ -256,6 +263,7 @@ pub fn process_burst<F: Frames + ?Sized, T: Tracer>(
     ct::lookup(&mut b);
     ttl::stage(&mut b);
     acl::ingress(&mut b);
+    dns::stage(&mut b);
     route::stage(&mut b);
     acl::egress(&mut b);
     mtu::stage(&mut b);

@@ -33,6 +33,8 @@ pub enum SynthError {
     ProtoFamily,
     /// Not tcp, udp, sctp, icmp or icmpv6.
     Proto,
+    /// The packet would exceed 65535 bytes.
+    TooLong,
 }
 
 fn l4_len(proto: IpProtocol) -> Result<usize, SynthError> {
@@ -46,6 +48,12 @@ fn l4_len(proto: IpProtocol) -> Result<usize, SynthError> {
 
 /// Builds the frame.
 pub fn build(s: &SynthSpec) -> Result<Vec<u8>, SynthError> {
+    build_with_payload(s, &[])
+}
+
+/// Builds the frame with `payload` after the transport header (the DNS proxy's answers
+/// to pods); the IP length is at least what the payload needs.
+pub fn build_with_payload(s: &SynthSpec, payload: &[u8]) -> Result<Vec<u8>, SynthError> {
     let v6 = match (s.src, s.dst) {
         (IpAddr::V4(_), IpAddr::V4(_)) => false,
         (IpAddr::V6(_), IpAddr::V6(_)) => true,
@@ -55,7 +63,11 @@ pub fn build(s: &SynthSpec) -> Result<Vec<u8>, SynthError> {
         return Err(SynthError::ProtoFamily);
     }
     let ip_hdr = if v6 { 40 } else { 20 };
-    let min = ip_hdr + l4_len(s.proto)?;
+    let l4_hdr = l4_len(s.proto)?;
+    let min = ip_hdr + l4_hdr + payload.len();
+    if min > usize::from(u16::MAX) {
+        return Err(SynthError::TooLong);
+    }
     let ip_len = usize::from(s.ip_len.unwrap_or(0)).max(min);
     let mut f = vec![0u8; 14 + ip_len];
     {
@@ -91,6 +103,7 @@ pub fn build(s: &SynthSpec) -> Result<Vec<u8>, SynthError> {
             l4[6..8].copy_from_slice(&1u16.to_be_bytes());
         }
     }
+    f[l4_off + l4_hdr..][..payload.len()].copy_from_slice(payload);
     let l4_total = (ip_len - ip_hdr) as u32;
     match (s.src, s.dst) {
         (IpAddr::V4(src), IpAddr::V4(dst)) => {

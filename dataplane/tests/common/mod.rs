@@ -140,6 +140,8 @@ pub fn snapshot() -> Snapshot {
         any_locked: false,
         switching: Default::default(),
         source_routes: None,
+        identities: Default::default(),
+        dns: None,
     };
     // The gateways of resolved routes, as the control thread precomputes them.
     snap.resolve_gateways();

@@ -1,0 +1,607 @@
+//! FQDN policy in `ferruled`: the node's [`FqdnState`] (DNS names, identities,
+//! selectors — `docs/fqdn.md`), the IP → identity map the workers read, the ports under
+//! DNS policy, and the DNS proxy: queries the pipeline punts (`pipeline::dns`) are
+//! checked against the port's allowed names (a refused name gets `REFUSED`), forwarded
+//! upstream from the control thread's own UDP socket, and their answers learned —
+//! published to the workers — before they are handed back to the pod.
+//!
+//! Needs no EAL: the caller gives frames and gets frames back; [`crate::daemon`]
+//! moves them through the punt and inject queues.
+
+use crate::acl::AclPort;
+use crate::config::FqdnSection;
+use ferrule_api::acl::{AttachTarget, DnsPolicy};
+use ferrule_dataplane::acl::identity::{Identities, IdentityId, IdentityMap};
+use ferrule_dataplane::acl::Rule;
+use ferrule_dataplane::pipeline::synth::{build_with_payload, SynthSpec};
+use ferrule_dataplane::pipeline::{self, dns::DNS_PORT};
+use ferrule_dataplane::snapshot::{DnsIntercept, PortState};
+use ferrule_dataplane::wire::{EthernetFrame, IpProtocol};
+use ferrule_fqdn::{dns, Changes, FqdnSelector, FqdnState, Selector};
+use serde::Serialize;
+use std::collections::{BTreeSet, HashMap};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Largest DNS message over UDP the proxy reads from upstream (EDNS0's usual limit).
+const MAX_DNS_MESSAGE: usize = 4096;
+
+/// Most queries waiting for upstream at once; past it a query is dropped (counted)
+/// and the pod's resolver asks again.
+const MAX_PENDING: usize = 4096;
+
+/// Seconds since the Unix epoch: the name cache's clock.
+pub fn now_s() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// What the DNS proxy did, since the daemon started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ProxyCounters {
+    /// Queries punted to the proxy.
+    pub queries: u64,
+    /// Queries for a name the port's DNS policy does not allow (answered REFUSED).
+    pub refused: u64,
+    /// Queries sent upstream.
+    pub forwarded: u64,
+    /// Answers handed back to pods.
+    pub answered: u64,
+    /// Addresses of answers given to the name manager.
+    pub addresses_learned: u64,
+    /// Punted packets that were not a DNS query the proxy can read.
+    pub malformed_queries: u64,
+    /// Upstream datagrams that were not the answer to a waiting query.
+    pub malformed_answers: u64,
+    /// Queries whose answer did not come within `upstream_timeout_ms`.
+    pub upstream_timeouts: u64,
+    /// Queries that could not be sent upstream (socket errors, too many waiting).
+    pub upstream_errors: u64,
+    /// Answers or refusals that could not be handed back (no buffer, queue full).
+    pub reply_errors: u64,
+}
+
+/// A query sent upstream, waiting for its answer.
+#[derive(Debug, Clone)]
+struct PendingQuery {
+    /// Port index the query came from, and what is needed to answer it there.
+    port: u16,
+    endpoint: String,
+    name: String,
+    client_id: u16,
+    pod_mac: ferrule_dataplane::wire::EthernetAddress,
+    port_mac: ferrule_dataplane::wire::EthernetAddress,
+    pod_ip: IpAddr,
+    server_ip: IpAddr,
+    pod_port: u16,
+    upstream: SocketAddr,
+    sent: Instant,
+}
+
+/// A frame for the pod on port `port`, ready once `changes` are in force.
+#[derive(Debug)]
+pub struct ProxyReply {
+    pub port: u16,
+    pub frame: Vec<u8>,
+}
+
+/// What handling a punted query gave.
+#[derive(Debug)]
+pub enum QueryOutcome {
+    /// Sent upstream; the answer comes through [`Fqdn::poll_upstream`].
+    Forwarded,
+    /// Answered at once (REFUSED).
+    Reply(ProxyReply),
+    /// Not handled (counted).
+    Dropped,
+}
+
+/// The FQDN policy state of the daemon.
+#[derive(Debug)]
+pub struct Fqdn {
+    section: FqdnSection,
+    state: FqdnState,
+    /// Restored from a checkpoint and not yet synchronized with a first `acl.apply`.
+    restoring: bool,
+    map: IdentityMap,
+    /// The DNS policies as applied (by port or pod).
+    policies: Vec<DnsPolicy>,
+    socket: Option<UdpSocket>,
+    pending: HashMap<u16, PendingQuery>,
+    next_id: u16,
+    pub counters: ProxyCounters,
+    last_gc: Instant,
+    /// The state changed since the last checkpoint.
+    dirty: bool,
+}
+
+/// The selectors the rules of these tables name.
+pub fn selectors_of<'a>(tables: impl IntoIterator<Item = &'a [Rule]>) -> BTreeSet<String> {
+    tables
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r.dst_selector.clone())
+        .collect()
+}
+
+/// The identities `state` gives the selector with label text `text` (none if the
+/// selector is not in force).
+pub fn selected_in(state: &FqdnState, text: &str) -> Vec<IdentityId> {
+    Selector::parse(text)
+        .ok()
+        .and_then(|s| state.selected(&s).cloned())
+        .map(|set| set.into_iter().map(|id| id.0).collect())
+        .unwrap_or_default()
+}
+
+impl Fqdn {
+    /// The state at start: restored from the checkpoint when there is one (a file that
+    /// cannot be read is logged and set aside, and the state starts empty).
+    pub fn new(section: FqdnSection) -> Fqdn {
+        let mut restoring = false;
+        let state = match &section.checkpoint {
+            Some(path) if path.exists() => match FqdnState::restore(section.config, path) {
+                Ok(state) => {
+                    restoring = true;
+                    tracing::info!(path = %path.display(), names = state.cache_view().len(), identities = state.identities_view().len(), "FQDN state restored from its checkpoint");
+                    state
+                }
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "cannot restore the FQDN checkpoint; starting empty");
+                    FqdnState::new(section.config)
+                }
+            },
+            _ => FqdnState::new(section.config),
+        };
+        Fqdn {
+            section,
+            state,
+            restoring,
+            map: IdentityMap::default(),
+            policies: Vec::new(),
+            socket: None,
+            pending: HashMap::new(),
+            next_id: 1,
+            counters: ProxyCounters::default(),
+            last_gc: Instant::now(),
+            dirty: false,
+        }
+    }
+
+    /// The configuration in force.
+    pub fn section(&self) -> &FqdnSection {
+        &self.section
+    }
+
+    /// The FQDN state.
+    pub fn state(&self) -> &FqdnState {
+        &self.state
+    }
+
+    /// The identities the selector with label text `text` selects now.
+    pub fn selected(&self, text: &str) -> Vec<IdentityId> {
+        selected_in(&self.state, text)
+    }
+
+    /// Checks the DNS policies of an `acl.apply` against the configuration: they need
+    /// DNS service addresses to intercept.
+    pub fn check_policies(&self, policies: &[DnsPolicy]) -> Result<(), String> {
+        if !policies.is_empty() && self.section.dns_servers.is_empty() {
+            return Err(
+                "dns: ferruled's configuration has no [fqdn] dns_servers, so no DNS query can be \
+                 sent to the proxy"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+
+    /// The state with `selectors` in force, and what changed, without changing this
+    /// one: an `acl.apply` compiles its tables against it and commits it
+    /// ([`Fqdn::commit`]) only when the apply succeeds.
+    pub fn with_selectors(&self, selectors: &BTreeSet<String>) -> (FqdnState, Changes) {
+        let mut next = self.state.clone();
+        let parsed: Vec<Selector> = selectors
+            .iter()
+            .filter_map(|s| Selector::parse(s).ok())
+            .collect();
+        let changes = next.apply_policy_selectors(parsed);
+        (next, changes)
+    }
+
+    /// Makes `state` (from [`Fqdn::with_selectors`]) the one in force with the DNS
+    /// policies of the same apply. The IP → identity map is rebuilt from it.
+    pub fn commit(&mut self, mut state: FqdnState, policies: Vec<DnsPolicy>) {
+        if self.restoring {
+            let freed = state.finish_restore();
+            self.restoring = false;
+            tracing::info!(freed, "FQDN identities of the checkpoint that no label set claimed are freed");
+        }
+        self.state = state;
+        self.policies = policies;
+        self.rebuild_map();
+        self.dirty = true;
+    }
+
+    fn rebuild_map(&mut self) {
+        let mut map = IdentityMap::default();
+        for (p, id) in self.state.ip_identity() {
+            // ipnet prefixes are valid prefixes of their family.
+            let _ = map.set(p.addr(), p.prefix_len(), id.0);
+        }
+        self.map = map;
+    }
+
+    /// Applies a DNS answer's or a collection's changes to the IP → identity map.
+    /// Returns whether the rules (selectors' identity sets) changed.
+    pub fn apply_changes(&mut self, changes: &Changes) -> bool {
+        for (p, id) in &changes.upserts {
+            let _ = self.map.set(p.addr(), p.prefix_len(), id.0);
+        }
+        for p in &changes.deletes {
+            let _ = self.map.remove(p.addr(), p.prefix_len());
+        }
+        for r in &changes.refused {
+            tracing::warn!(refusal = ?r, "FQDN circuit breaker");
+        }
+        if !changes.is_empty() {
+            self.dirty = true;
+        }
+        changes.touches_rules()
+    }
+
+    /// The maps the next generation carries: this node's map in every network.
+    pub fn identities(&self, networks: usize) -> Arc<Identities> {
+        if self.map.is_empty() {
+            return Arc::default();
+        }
+        let map = Arc::new(self.map.clone());
+        Arc::new(Identities {
+            maps: (0..networks).map(|_| Some(Arc::clone(&map))).collect(),
+        })
+    }
+
+    /// The DNS policy of a port, if it is under one.
+    fn policy_of(&self, port: &AclPort) -> Option<&DnsPolicy> {
+        // A port named wins over the pod it records.
+        self.policies
+            .iter()
+            .find(|p| matches!(&p.target, AttachTarget::Port(_)) && port.takes(&p.target))
+            .or_else(|| self.policies.iter().find(|p| port.takes(&p.target)))
+    }
+
+    /// Which ports the pipeline hands DNS queries of to the proxy.
+    pub fn intercept(&self, ports: &[AclPort]) -> Option<Arc<DnsIntercept>> {
+        if self.policies.is_empty() || self.section.dns_servers.is_empty() {
+            return None;
+        }
+        let flags: Vec<bool> = ports.iter().map(|p| self.policy_of(p).is_some()).collect();
+        if !flags.iter().any(|&f| f) {
+            return None;
+        }
+        Some(Arc::new(DnsIntercept {
+            ports: flags,
+            servers: self.section.dns_servers.clone(),
+        }))
+    }
+
+    /// Handles a punted query from port `index` (`port`/`acl_port`): refused, or
+    /// forwarded upstream.
+    pub fn on_query(
+        &mut self,
+        frame: &[u8],
+        index: u16,
+        port: &PortState,
+        acl_port: &AclPort,
+    ) -> QueryOutcome {
+        self.counters.queries += 1;
+        let Some((q, payload)) = read_query(frame, port.network) else {
+            self.counters.malformed_queries += 1;
+            return QueryOutcome::Dropped;
+        };
+        let Ok(question) = dns::parse_query(payload) else {
+            self.counters.malformed_queries += 1;
+            return QueryOutcome::Dropped;
+        };
+        let Some(policy) = self.policy_of(acl_port) else {
+            // The policy went away while the query was queued: the name is not allowed.
+            return self.refuse(index, &q, payload);
+        };
+        let allowed = policy.allow.iter().any(|pattern| {
+            FqdnSelector::match_pattern(pattern).is_ok_and(|s| s.matches(&question.name))
+        });
+        if !allowed {
+            tracing::debug!(name = %question.name, port = %acl_port.name, "DNS name refused by the port's DNS policy");
+            return self.refuse(index, &q, payload);
+        }
+        if self.pending.len() >= MAX_PENDING {
+            self.counters.upstream_errors += 1;
+            return QueryOutcome::Dropped;
+        }
+        let upstream = self
+            .section
+            .upstream
+            .unwrap_or(SocketAddr::new(q.server_ip, DNS_PORT));
+        let id = self.take_id();
+        let Some(socket) = self.socket_for(upstream) else {
+            self.counters.upstream_errors += 1;
+            return QueryOutcome::Dropped;
+        };
+        let mut out = payload.to_vec();
+        out[..2].copy_from_slice(&id.to_be_bytes());
+        if let Err(e) = socket.send_to(&out, upstream) {
+            tracing::debug!(%upstream, error = %e, "cannot send a DNS query upstream");
+            self.counters.upstream_errors += 1;
+            return QueryOutcome::Dropped;
+        }
+        self.counters.forwarded += 1;
+        let endpoint = acl_port
+            .pod
+            .clone()
+            .unwrap_or_else(|| format!("port/{}", acl_port.name));
+        self.pending.insert(
+            id,
+            PendingQuery {
+                port: index,
+                endpoint,
+                name: question.name,
+                client_id: question.id,
+                pod_mac: q.pod_mac,
+                port_mac: q.port_mac,
+                pod_ip: q.pod_ip,
+                server_ip: q.server_ip,
+                pod_port: q.pod_port,
+                upstream,
+                sent: Instant::now(),
+            },
+        );
+        QueryOutcome::Forwarded
+    }
+
+    fn refuse(&mut self, index: u16, q: &QueryFrame, payload: &[u8]) -> QueryOutcome {
+        self.counters.refused += 1;
+        match dns::refused_response(payload) {
+            Ok(answer) => match reply_frame(q, &answer) {
+                Some(frame) => QueryOutcome::Reply(ProxyReply { port: index, frame }),
+                None => {
+                    self.counters.reply_errors += 1;
+                    QueryOutcome::Dropped
+                }
+            },
+            Err(_) => {
+                self.counters.malformed_queries += 1;
+                QueryOutcome::Dropped
+            }
+        }
+    }
+
+    fn take_id(&mut self) -> u16 {
+        loop {
+            let id = self.next_id;
+            self.next_id = self.next_id.wrapping_add(1);
+            if !self.pending.contains_key(&id) {
+                return id;
+            }
+        }
+    }
+
+    /// The upstream socket of `upstream`'s family, opened (non-blocking) on first use.
+    fn socket_for(&mut self, upstream: SocketAddr) -> Option<&UdpSocket> {
+        let family_matches = |s: &UdpSocket| {
+            s.local_addr()
+                .is_ok_and(|a| a.is_ipv4() == upstream.is_ipv4())
+        };
+        if !self.socket.as_ref().is_some_and(family_matches) {
+            let bind: SocketAddr = if upstream.is_ipv4() {
+                (Ipv4Addr::UNSPECIFIED, 0).into()
+            } else {
+                (Ipv6Addr::UNSPECIFIED, 0).into()
+            };
+            let socket = UdpSocket::bind(bind)
+                .and_then(|s| s.set_nonblocking(true).map(|()| s))
+                .map_err(|e| tracing::warn!(error = %e, "cannot open the DNS proxy's upstream socket"))
+                .ok()?;
+            self.socket = Some(socket);
+        }
+        self.socket.as_ref()
+    }
+
+    /// Reads every answer upstream has sent, learns their addresses, and returns the
+    /// frames for the pods together with the changes to publish before they are sent.
+    /// Queries waiting longer than the timeout are dropped (counted).
+    pub fn poll_upstream(&mut self, now: Instant) -> (Vec<ProxyReply>, Changes) {
+        let mut replies = Vec::new();
+        let mut all = Changes::default();
+        let mut buf = [0u8; MAX_DNS_MESSAGE];
+        while let Some(socket) = &self.socket {
+            let (len, from) = match socket.recv_from(&mut buf) {
+                Ok(r) => r,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    tracing::debug!(error = %e, "DNS proxy upstream socket");
+                    break;
+                }
+            };
+            let msg = &mut buf[..len];
+            let Some(id) = msg.get(..2).map(|b| u16::from_be_bytes([b[0], b[1]])) else {
+                self.counters.malformed_answers += 1;
+                continue;
+            };
+            // Only the server a query went to may answer it.
+            let Some(p) = self.pending.get(&id).filter(|p| p.upstream == from).cloned() else {
+                self.counters.malformed_answers += 1;
+                continue;
+            };
+            let answer = match dns::parse_response(msg) {
+                Ok(a) if a.name == p.name => a,
+                _ => {
+                    self.counters.malformed_answers += 1;
+                    continue;
+                }
+            };
+            self.pending.remove(&id);
+            if !answer.records.is_empty() {
+                self.counters.addresses_learned += answer.records.len() as u64;
+                let changes =
+                    self.state
+                        .on_dns_answer_for(&p.endpoint, &answer.name, &answer.records, now_s());
+                self.apply_changes(&changes);
+                merge(&mut all, changes);
+            }
+            msg[..2].copy_from_slice(&p.client_id.to_be_bytes());
+            let q = QueryFrame {
+                pod_mac: p.pod_mac,
+                port_mac: p.port_mac,
+                pod_ip: p.pod_ip,
+                server_ip: p.server_ip,
+                pod_port: p.pod_port,
+            };
+            match reply_frame(&q, msg) {
+                Some(frame) => {
+                    self.counters.answered += 1;
+                    replies.push(ProxyReply {
+                        port: p.port,
+                        frame,
+                    });
+                }
+                None => self.counters.reply_errors += 1,
+            }
+        }
+        let timeout = Duration::from_millis(self.section.upstream_timeout_ms);
+        let before = self.pending.len();
+        self.pending
+            .retain(|_, p| now.duration_since(p.sent) < timeout);
+        self.counters.upstream_timeouts += (before - self.pending.len()) as u64;
+        (replies, all)
+    }
+
+    /// The expired addresses to ask the connection tracker about, when a collection
+    /// is due (every `gc_interval_ms`).
+    pub fn gc_due(&mut self, now: Instant) -> Option<Vec<IpAddr>> {
+        if now.duration_since(self.last_gc) < Duration::from_millis(self.section.gc_interval_ms)
+        {
+            return None;
+        }
+        self.last_gc = now;
+        let expired = self.state.expired(now_s());
+        (!expired.is_empty()).then(|| expired.into_iter().collect())
+    }
+
+    /// Forgets the expired addresses no connection uses (`in_use`).
+    pub fn gc(&mut self, in_use: &BTreeSet<IpAddr>) -> Changes {
+        let changes = self.state.gc(now_s(), &|ip| in_use.contains(&ip));
+        self.apply_changes(&changes);
+        changes
+    }
+
+    /// An endpoint (pod) is gone: its names expire now.
+    pub fn endpoint_removed(&mut self, endpoint: &str) {
+        if !self.state.endpoint_removed(endpoint, now_s()).is_empty() {
+            self.dirty = true;
+        }
+    }
+
+    /// Writes the checkpoint if the state changed since the last one.
+    pub fn checkpoint_if_dirty(&mut self) {
+        if !self.dirty {
+            return;
+        }
+        self.dirty = false;
+        if let Some(path) = &self.section.checkpoint {
+            if let Err(e) = self.state.checkpoint(path) {
+                tracing::warn!(path = %path.display(), error = %e, "cannot write the FQDN checkpoint");
+            }
+        }
+    }
+
+    /// Queries waiting for upstream.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// The DNS policies in force.
+    pub fn policies(&self) -> &[DnsPolicy] {
+        &self.policies
+    }
+}
+
+/// Adds `b`'s changes to `a` (later changes win).
+fn merge(a: &mut Changes, b: Changes) {
+    for (id, labels) in b.identities_added {
+        a.identities_removed.remove(&id);
+        a.identities_added.insert(id, labels);
+    }
+    for id in b.identities_removed {
+        if a.identities_added.remove(&id).is_none() {
+            a.identities_removed.insert(id);
+        }
+    }
+    a.selectors.extend(b.selectors);
+    for (p, id) in b.upserts {
+        a.deletes.remove(&p);
+        a.upserts.insert(p, id);
+    }
+    for p in b.deletes {
+        a.upserts.remove(&p);
+        a.deletes.insert(p);
+    }
+    a.refused.extend(b.refused);
+}
+
+/// The addressing of a punted query, to answer it with.
+#[derive(Debug, Clone, Copy)]
+struct QueryFrame {
+    pod_mac: ferrule_dataplane::wire::EthernetAddress,
+    port_mac: ferrule_dataplane::wire::EthernetAddress,
+    pod_ip: IpAddr,
+    server_ip: IpAddr,
+    pod_port: u16,
+}
+
+/// A punted frame's addressing and its UDP payload (the DNS message).
+fn read_query(frame: &[u8], network: u16) -> Option<(QueryFrame, &[u8])> {
+    let parsed = pipeline::parse(frame, network).ok()?;
+    let key = parsed.key;
+    if key.proto != IpProtocol::UDP.0 || parsed.l4_offset == 0 || parsed.later_fragment {
+        return None;
+    }
+    let end = parsed.l3_offset.checked_add(parsed.l3_len)?.min(frame.len());
+    let payload = frame.get(parsed.l4_offset + 8..end)?;
+    if payload.len() < 12 {
+        return None;
+    }
+    let eth = EthernetFrame::new_checked(frame).ok()?;
+    Some((
+        QueryFrame {
+            pod_mac: eth.src_addr(),
+            port_mac: eth.dst_addr(),
+            pod_ip: key.src_ip(),
+            server_ip: key.dst_ip(),
+            pod_port: key.src_port,
+        },
+        payload,
+    ))
+}
+
+/// The frame that carries `message` from the DNS server's address back to the pod.
+fn reply_frame(q: &QueryFrame, message: &[u8]) -> Option<Vec<u8>> {
+    build_with_payload(
+        &SynthSpec {
+            src_mac: q.port_mac,
+            dst_mac: q.pod_mac,
+            proto: IpProtocol::UDP,
+            src: q.server_ip,
+            dst: q.pod_ip,
+            src_port: DNS_PORT,
+            dst_port: q.pod_port,
+            tcp_flags: 0,
+            ip_len: None,
+            ttl: 64,
+        },
+        message,
+    )
+    .ok()
+}
