@@ -690,7 +690,11 @@ mod tests {
         ];
         for (v, field) in cases {
             let e = AclApply::from_params(&v, None).unwrap_err();
-            assert!(e.message.contains(&format!("`{field}`")), "{field}: {}", e.message);
+            assert!(
+                e.message.contains(&format!("`{field}`")),
+                "{field}: {}",
+                e.message
+            );
         }
     }
 

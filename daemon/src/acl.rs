@@ -567,7 +567,7 @@ impl AclManager {
             };
             let table =
                 Table::compile_with(name.clone(), rules.clone(), table_slots, no_match, selected)
-                .map_err(|e| {
+                    .map_err(|e| {
                     invalid(
                         &format!("tables[{t}]"),
                         Some(name),
@@ -1233,7 +1233,7 @@ mod tests {
         w: &[RuleCounters; 2],
     ) -> Result<Applied, RpcError> {
         let d = parse_apply(params, m.ports())?;
-        m.apply(&d, &[&w[0], &w[1]])
+        m.apply(&d, &[&w[0], &w[1]], &|_| Vec::new())
     }
 
     fn hits_of(m: &AclManager, w: &[RuleCounters; 2], table: &str) -> Vec<u64> {
@@ -1394,7 +1394,7 @@ mod tests {
             .unwrap()
             .push(json!({"pod": "shop/later", "direction": "ingress", "table": "all"}));
         let d = parse_apply(&big, m.ports()).unwrap();
-        let state = m.apply(&d, &c).unwrap().tables.unwrap();
+        let state = m.apply(&d, &c, &|_| Vec::new()).unwrap().tables.unwrap();
         for (i, t) in state.tables.iter().enumerate() {
             for (j, &slot) in t.slots.iter().enumerate().step_by(3) {
                 w[i % 2].acl.hit(slot, 60 + j as u64);
@@ -1462,7 +1462,7 @@ mod tests {
             .unwrap();
         let held = m.slots_held();
         let d = parse_apply(&json!({"tables": []}), m.ports()).unwrap();
-        drop(m.apply(&d, &c).unwrap());
+        drop(m.apply(&d, &c, &|_| Vec::new()).unwrap());
         drop(state);
         m.reclaim();
         assert_eq!(

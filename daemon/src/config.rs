@@ -506,7 +506,11 @@ impl RawFqdn {
             &mut out.config.limits.max_fqdn_identities,
         )?;
         for (v, key, into) in [
-            (&self.gc_interval_ms, "fqdn.gc_interval_ms", &mut out.gc_interval_ms),
+            (
+                &self.gc_interval_ms,
+                "fqdn.gc_interval_ms",
+                &mut out.gc_interval_ms,
+            ),
             (
                 &self.upstream_timeout_ms,
                 "fqdn.upstream_timeout_ms",
@@ -2108,6 +2112,36 @@ mac = "02:00:00:00:00:0b"
 
         let e = parse("[eal]\nlcores = [3]\n").unwrap_err();
         assert_eq!((e.key.as_deref(), e.line), (Some("eal.lcores"), Some(2)));
+
+        // [fqdn]
+        let c = parse(
+            "[state]\npath = \"/var/lib/ferrule/state.json\"\n[fqdn]\ndns_servers = [\"10.96.0.10\", \"fd00::a\"]\nupstream = \"127.0.0.1:5353\"\nmin_ttl = 5\nmax_ips_per_name = 50\n",
+        )
+        .unwrap();
+        assert_eq!(c.fqdn.dns_servers.len(), 2);
+        assert_eq!(c.fqdn.upstream, Some("127.0.0.1:5353".parse().unwrap()));
+        assert_eq!(
+            (c.fqdn.config.min_ttl, c.fqdn.config.limits.max_ips_per_name),
+            (5, 50)
+        );
+        assert_eq!(
+            c.fqdn.checkpoint.as_deref(),
+            Some(Path::new("/var/lib/ferrule/state.json.fqdn"))
+        );
+        assert_eq!(parse("").unwrap().fqdn, FqdnSection::default());
+        for (text, key) in [
+            ("[fqdn]\ndns_servers = [\"dns\"]\n", "fqdn.dns_servers[0]"),
+            ("[fqdn]\nupstream = \"127.0.0.1\"\n", "fqdn.upstream"),
+            (
+                "[fqdn]\nmax_fqdn_identities = 0\n",
+                "fqdn.max_fqdn_identities",
+            ),
+            ("[fqdn]\ngc_interval_ms = 1\n", "fqdn.gc_interval_ms"),
+            ("[fqdn]\ncheckpoint = \"fqdn.json\"\n", "fqdn.checkpoint"),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert_eq!((e.key.as_deref(), e.line), (Some(key), Some(2)), "{e}");
+        }
     }
 
     #[test]

@@ -1035,7 +1035,10 @@ impl Fib {
 
     /// Replaces the ACL tables the next generation carries.
     /// Sets the IP → identity maps the next generations carry.
-    pub fn set_identities(&mut self, identities: Arc<ferrule_dataplane::acl::identity::Identities>) {
+    pub fn set_identities(
+        &mut self,
+        identities: Arc<ferrule_dataplane::acl::identity::Identities>,
+    ) {
         self.identities = identities;
     }
 

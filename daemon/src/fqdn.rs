@@ -15,7 +15,7 @@ use ferrule_dataplane::acl::identity::{Identities, IdentityId, IdentityMap};
 use ferrule_dataplane::acl::Rule;
 use ferrule_dataplane::pipeline::synth::{build_with_payload, SynthSpec};
 use ferrule_dataplane::pipeline::{self, dns::DNS_PORT};
-use ferrule_dataplane::snapshot::{DnsIntercept, PortState};
+use ferrule_dataplane::snapshot::DnsIntercept;
 use ferrule_dataplane::wire::{EthernetFrame, IpProtocol};
 use ferrule_fqdn::{dns, Changes, FqdnSelector, FqdnState, Selector};
 use serde::Serialize;
@@ -218,7 +218,10 @@ impl Fqdn {
         if self.restoring {
             let freed = state.finish_restore();
             self.restoring = false;
-            tracing::info!(freed, "FQDN identities of the checkpoint that no label set claimed are freed");
+            tracing::info!(
+                freed,
+                "FQDN identities of the checkpoint that no label set claimed are freed"
+            );
         }
         self.state = state;
         self.policies = policies;
@@ -288,17 +291,17 @@ impl Fqdn {
         }))
     }
 
-    /// Handles a punted query from port `index` (`port`/`acl_port`): refused, or
+    /// Handles a punted query from port `index` (`acl_port`, in `network`): refused, or
     /// forwarded upstream.
     pub fn on_query(
         &mut self,
         frame: &[u8],
         index: u16,
-        port: &PortState,
+        network: u16,
         acl_port: &AclPort,
     ) -> QueryOutcome {
         self.counters.queries += 1;
-        let Some((q, payload)) = read_query(frame, port.network) else {
+        let Some((q, payload)) = read_query(frame, network) else {
             self.counters.malformed_queries += 1;
             return QueryOutcome::Dropped;
         };
@@ -402,7 +405,9 @@ impl Fqdn {
             };
             let socket = UdpSocket::bind(bind)
                 .and_then(|s| s.set_nonblocking(true).map(|()| s))
-                .map_err(|e| tracing::warn!(error = %e, "cannot open the DNS proxy's upstream socket"))
+                .map_err(
+                    |e| tracing::warn!(error = %e, "cannot open the DNS proxy's upstream socket"),
+                )
                 .ok()?;
             self.socket = Some(socket);
         }
@@ -431,7 +436,12 @@ impl Fqdn {
                 continue;
             };
             // Only the server a query went to may answer it.
-            let Some(p) = self.pending.get(&id).filter(|p| p.upstream == from).cloned() else {
+            let Some(p) = self
+                .pending
+                .get(&id)
+                .filter(|p| p.upstream == from)
+                .cloned()
+            else {
                 self.counters.malformed_answers += 1;
                 continue;
             };
@@ -445,9 +455,12 @@ impl Fqdn {
             self.pending.remove(&id);
             if !answer.records.is_empty() {
                 self.counters.addresses_learned += answer.records.len() as u64;
-                let changes =
-                    self.state
-                        .on_dns_answer_for(&p.endpoint, &answer.name, &answer.records, now_s());
+                let changes = self.state.on_dns_answer_for(
+                    &p.endpoint,
+                    &answer.name,
+                    &answer.records,
+                    now_s(),
+                );
                 self.apply_changes(&changes);
                 merge(&mut all, changes);
             }
@@ -481,8 +494,7 @@ impl Fqdn {
     /// The expired addresses to ask the connection tracker about, when a collection
     /// is due (every `gc_interval_ms`).
     pub fn gc_due(&mut self, now: Instant) -> Option<Vec<IpAddr>> {
-        if now.duration_since(self.last_gc) < Duration::from_millis(self.section.gc_interval_ms)
-        {
+        if now.duration_since(self.last_gc) < Duration::from_millis(self.section.gc_interval_ms) {
             return None;
         }
         self.last_gc = now;
@@ -568,7 +580,10 @@ fn read_query(frame: &[u8], network: u16) -> Option<(QueryFrame, &[u8])> {
     if key.proto != IpProtocol::UDP.0 || parsed.l4_offset == 0 || parsed.later_fragment {
         return None;
     }
-    let end = parsed.l3_offset.checked_add(parsed.l3_len)?.min(frame.len());
+    let end = parsed
+        .l3_offset
+        .checked_add(parsed.l3_len)?
+        .min(frame.len());
     let payload = frame.get(parsed.l4_offset + 8..end)?;
     if payload.len() < 12 {
         return None;
@@ -604,4 +619,254 @@ fn reply_frame(q: &QueryFrame, message: &[u8]) -> Option<Vec<u8>> {
         message,
     )
     .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrule_api::PortRole;
+    use ferrule_dataplane::wire::EthernetAddress;
+
+    const POD_MAC: EthernetAddress = EthernetAddress([2, 0, 0, 0, 1, 2]);
+    const PORT_MAC: EthernetAddress = EthernetAddress([2, 0xfe, 0, 0, 0, 0xa]);
+    const POD_IP: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 2);
+    const DNS: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 10);
+
+    /// A DNS query for `name` (type A), id `id`.
+    fn query(id: u16, name: &str) -> Vec<u8> {
+        let mut q = id.to_be_bytes().to_vec();
+        q.extend_from_slice(&[1, 0, 0, 1, 0, 0, 0, 0, 0, 0]);
+        for label in name.split('.') {
+            q.push(label.len() as u8);
+            q.extend_from_slice(label.as_bytes());
+        }
+        q.extend_from_slice(&[0, 0, 1, 0, 1]);
+        q
+    }
+
+    /// The upstream server's answer to `q`: one A record `ip` with `ttl`.
+    fn answer(q: &[u8], ip: Ipv4Addr, ttl: u32) -> Vec<u8> {
+        let mut a = q.to_vec();
+        a[2] = 0x81;
+        a[3] = 0x80;
+        a[7] = 1;
+        a.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1]);
+        a.extend_from_slice(&ttl.to_be_bytes());
+        a.extend_from_slice(&[0, 4]);
+        a.extend_from_slice(&ip.octets());
+        a
+    }
+
+    fn frame(payload: &[u8]) -> Vec<u8> {
+        build_with_payload(
+            &SynthSpec {
+                src_mac: POD_MAC,
+                dst_mac: PORT_MAC,
+                proto: IpProtocol::UDP,
+                src: IpAddr::V4(POD_IP),
+                dst: IpAddr::V4(DNS),
+                src_port: 40000,
+                dst_port: 53,
+                tcp_flags: 0,
+                ip_len: None,
+                ttl: 64,
+            },
+            payload,
+        )
+        .unwrap()
+    }
+
+    fn pod_port() -> AclPort {
+        AclPort {
+            name: "pod-a".into(),
+            role: PortRole::Pod,
+            pod: Some("ns/a".into()),
+            locked: false,
+        }
+    }
+
+    /// The proxy with `*.example.test` in force and port pod-a allowed `*.example.test`,
+    /// forwarding to `upstream`.
+    fn proxy(upstream: SocketAddr) -> Fqdn {
+        let section = FqdnSection {
+            dns_servers: vec![IpAddr::V4(DNS)],
+            upstream: Some(upstream),
+            ..FqdnSection::default()
+        };
+        let mut f = Fqdn::new(section);
+        let selectors = BTreeSet::from(["fqdn:*.example.test".to_string()]);
+        let (next, _) = f.with_selectors(&selectors);
+        f.commit(
+            next,
+            vec![DnsPolicy {
+                target: AttachTarget::Pod("ns/a".into()),
+                allow: vec!["*.example.test".into()],
+            }],
+        );
+        f
+    }
+
+    /// The UDP payload of a frame for the pod, checked against etherparse: addressed
+    /// from the DNS service to the pod's port, checksum valid.
+    fn payload_to_pod(frame: &[u8]) -> Vec<u8> {
+        let p = etherparse::SlicedPacket::from_ethernet(frame).unwrap();
+        let Some(etherparse::NetSlice::Ipv4(ip)) = &p.net else {
+            panic!("not IPv4")
+        };
+        assert_eq!(ip.header().source_addr(), DNS);
+        assert_eq!(ip.header().destination_addr(), POD_IP);
+        let Some(etherparse::TransportSlice::Udp(udp)) = &p.transport else {
+            panic!("not UDP")
+        };
+        assert_eq!((udp.source_port(), udp.destination_port()), (53, 40000));
+        let header = udp.to_header();
+        let sum = header
+            .calc_checksum_ipv4(&ip.header().to_header(), udp.payload())
+            .unwrap();
+        assert_eq!(header.checksum, sum, "UDP checksum");
+        let Some(etherparse::LinkSlice::Ethernet2(eth)) = &p.link else {
+            panic!("not Ethernet")
+        };
+        assert_eq!(eth.destination(), POD_MAC.0);
+        assert_eq!(eth.source(), PORT_MAC.0);
+        udp.payload().to_vec()
+    }
+
+    #[test]
+    fn an_answer_is_learned_and_in_the_map_before_it_goes_back_to_the_pod() {
+        let upstream = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let at = upstream.local_addr().unwrap();
+        let mut f = proxy(at);
+        let selected = f.selected("fqdn:*.example.test");
+        assert_eq!(
+            selected.len(),
+            1,
+            "the selector's identity is pre-allocated"
+        );
+
+        let out = f.on_query(&frame(&query(0x1234, "a.example.test")), 3, 0, &pod_port());
+        assert!(matches!(out, QueryOutcome::Forwarded));
+        let mut buf = [0u8; 512];
+        upstream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let (len, from) = upstream.recv_from(&mut buf).unwrap();
+        let forwarded = buf[..len].to_vec();
+        assert_ne!(
+            &forwarded[..2],
+            &[0x12, 0x34],
+            "the proxy uses its own query id"
+        );
+        let ip = Ipv4Addr::new(192, 0, 2, 7);
+        // A datagram from elsewhere is not an answer.
+        let stranger = UdpSocket::bind("127.0.0.1:0").unwrap();
+        stranger
+            .send_to(
+                &answer(&forwarded, Ipv4Addr::new(203, 0, 113, 9), 30),
+                f.socket.as_ref().unwrap().local_addr().unwrap(),
+            )
+            .unwrap();
+        upstream.send_to(&answer(&forwarded, ip, 30), from).unwrap();
+
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let (replies, changes) = loop {
+            let (r, c) = f.poll_upstream(Instant::now());
+            if !r.is_empty() {
+                break (r, c);
+            }
+            assert!(Instant::now() < deadline, "no answer");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert_eq!(replies.len(), 1);
+        assert_eq!(replies[0].port, 3);
+        let to_pod = payload_to_pod(&replies[0].frame);
+        assert_eq!(
+            &to_pod[..2],
+            &[0x12, 0x34],
+            "the pod's query id is restored"
+        );
+        assert_eq!(
+            dns::parse_response(&to_pod).unwrap().records,
+            [(IpAddr::V4(ip), 30)]
+        );
+        // One upsert, no rule change: the selector's identity was there already.
+        assert!(!changes.touches_rules());
+        assert_eq!(changes.upserts.len(), 1);
+        let maps = f.identities(2);
+        assert_eq!(maps.map(1).unwrap().lookup(IpAddr::V4(ip)), selected[0]);
+        assert_eq!(
+            maps.map(0)
+                .unwrap()
+                .lookup(IpAddr::V4(Ipv4Addr::new(203, 0, 113, 9))),
+            ferrule_dataplane::acl::identity::WORLD
+        );
+        assert_eq!(f.counters.forwarded, 1);
+        assert_eq!(f.counters.answered, 1);
+        assert_eq!(f.counters.addresses_learned, 1);
+        assert_eq!(f.counters.malformed_answers, 1);
+        assert_eq!(f.pending(), 0);
+    }
+
+    #[test]
+    fn names_outside_the_policy_are_refused_and_junk_is_counted() {
+        let upstream = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut f = proxy(upstream.local_addr().unwrap());
+        match f.on_query(&frame(&query(7, "b.other.test")), 3, 0, &pod_port()) {
+            QueryOutcome::Reply(r) => {
+                let msg = payload_to_pod(&r.frame);
+                assert_eq!(&msg[..2], &[0, 7]);
+                assert_eq!(msg[3] & 0x0f, 5, "REFUSED");
+            }
+            other => panic!("{other:?}"),
+        }
+        // A port under no DNS policy: nothing is allowed.
+        let mut other = pod_port();
+        other.pod = Some("ns/other".into());
+        assert!(matches!(
+            f.on_query(&frame(&query(8, "a.example.test")), 4, 0, &other),
+            QueryOutcome::Reply(_)
+        ));
+        assert!(matches!(
+            f.on_query(&frame(b"not a dns message"), 3, 0, &pod_port()),
+            QueryOutcome::Dropped
+        ));
+        assert_eq!(f.counters.refused, 2);
+        assert_eq!(f.counters.malformed_queries, 1);
+        assert_eq!(f.counters.forwarded, 0);
+    }
+
+    #[test]
+    fn unanswered_queries_time_out() {
+        let upstream = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut f = proxy(upstream.local_addr().unwrap());
+        f.section.upstream_timeout_ms = 10;
+        assert!(matches!(
+            f.on_query(&frame(&query(1, "a.example.test")), 3, 0, &pod_port()),
+            QueryOutcome::Forwarded
+        ));
+        let (r, _) = f.poll_upstream(Instant::now() + Duration::from_millis(50));
+        assert!(r.is_empty());
+        assert_eq!((f.pending(), f.counters.upstream_timeouts), (0, 1));
+    }
+
+    #[test]
+    fn dns_policies_need_dns_servers_and_pick_their_ports() {
+        let f = Fqdn::new(FqdnSection::default());
+        let p = DnsPolicy {
+            target: AttachTarget::Port("pod-a".into()),
+            allow: vec!["*".into()],
+        };
+        assert!(f
+            .check_policies(&[p.clone()])
+            .unwrap_err()
+            .contains("dns_servers"));
+        let mut f = proxy("127.0.0.1:9".parse().unwrap());
+        let (next, _) = f.with_selectors(&BTreeSet::new());
+        f.commit(next, vec![p]);
+        let mut b = pod_port();
+        b.name = "pod-b".into();
+        let dns = f.intercept(&[pod_port(), b]).unwrap();
+        assert_eq!(dns.ports, [true, false]);
+        assert_eq!(dns.servers, [IpAddr::V4(DNS)]);
+    }
 }

@@ -102,7 +102,10 @@ impl Rig {
     fn apply(&mut self, b: bool) {
         let desired = parse_apply(&rule_set(b), self.acl.ports()).expect("valid");
         let counters: [&RuleCounters; 1] = [&self.counters.acl];
-        let applied = self.acl.apply(&desired, &counters).expect("apply");
+        let applied = self
+            .acl
+            .apply(&desired, &counters, &|_| Vec::new())
+            .expect("apply");
         let tables = applied.tables.expect("a change to publish");
         self.fib.set_acl(tables);
         let old = self.shared.snapshot.swap(Arc::new(self.fib.snapshot()));

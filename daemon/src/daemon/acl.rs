@@ -3,8 +3,8 @@
 //! socket), clear counters.
 
 use super::state::WorkerRuntime;
-use crate::fqdn::{selected_in, selectors_of};
 use super::{to_value, NodeState};
+use crate::fqdn::{selected_in, selectors_of};
 use ferrule_api::rpc::{parse_params, ReplyStream, RpcError};
 use ferrule_api::{AclClearParams, AclDumpParams};
 use ferrule_dataplane::counters::RuleCounters;
@@ -26,9 +26,11 @@ impl NodeState {
         // are committed only when the apply succeeds.
         let selectors = selectors_of(desired.tables.iter().map(|(_, r)| r.as_slice()));
         let (next, _changes) = self.fqdn.with_selectors(&selectors);
-        let applied = self.acl.apply(&desired, &rule_counters(&self.workers), &|s| {
-            selected_in(&next, s)
-        })?;
+        let applied = self
+            .acl
+            .apply(&desired, &rule_counters(&self.workers), &|s| {
+                selected_in(&next, s)
+            })?;
         let mut result = applied.result;
         if !desired.dry_run {
             self.fqdn.commit(next, desired.dns.clone());

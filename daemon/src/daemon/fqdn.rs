@@ -48,13 +48,16 @@ impl NodeState {
     /// A punted DNS query from port `in_port`.
     pub(super) fn dns_query(&mut self, mbuf: Mbuf, in_port: u16, pool: &Mempool) {
         let index = usize::from(in_port);
-        let (Some(port), Some(acl_port)) = (
-            self.fib.ports().get(index).cloned(),
+        let (Some(network), Some(acl_port)) = (
+            self.fib.ports().get(index).map(|p| p.network),
             self.acl.ports().get(index).cloned(),
         ) else {
             return;
         };
-        match self.fqdn.on_query(mbuf.as_ref(), in_port, &port, &acl_port) {
+        match self
+            .fqdn
+            .on_query(mbuf.as_ref(), in_port, network, &acl_port)
+        {
             QueryOutcome::Forwarded => {}
             QueryOutcome::Reply(r) => self.send_proxy_replies(vec![r], pool),
             QueryOutcome::Dropped => {

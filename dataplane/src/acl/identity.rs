@@ -301,14 +301,21 @@ mod tests {
         assert!(m.remove(ip("192.0.2.7"), 32).unwrap());
         assert!(!m.remove(ip("192.0.2.7"), 32).unwrap());
         assert_eq!(m.lookup(ip("192.0.2.7")), 100);
-        assert_eq!(m.set(ip("192.0.2.0"), 33, 1), Err(BadPrefix { addr: ip("192.0.2.0"), len: 33 }));
+        assert_eq!(
+            m.set(ip("192.0.2.0"), 33, 1),
+            Err(BadPrefix {
+                addr: ip("192.0.2.0"),
+                len: 33
+            })
+        );
     }
 
     #[test]
     fn a_clone_is_independent_and_shares_untouched_shards() {
         let mut a = IdentityMap::default();
         for i in 0..1000u32 {
-            a.set(IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + i)), 32, 7).unwrap();
+            a.set(IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + i)), 32, 7)
+                .unwrap();
         }
         let mut b = a.clone();
         b.set(ip("10.0.0.1"), 32, 8).unwrap();
@@ -322,7 +329,14 @@ mod tests {
 
     #[test]
     fn keys_carry_identities_in_their_destination() {
-        let key = FlowKey::v4(3, 6, Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(192, 0, 2, 7), 1, 2);
+        let key = FlowKey::v4(
+            3,
+            6,
+            Ipv4Addr::new(10, 0, 0, 1),
+            Ipv4Addr::new(192, 0, 2, 7),
+            1,
+            2,
+        );
         let mut ids = Identities::default();
         let mut m = IdentityMap::default();
         m.set(ip("192.0.2.7"), 32, 0x0100_0005).unwrap();

@@ -9,8 +9,8 @@
 use super::identity::{identity_key, identity_prefix, Identities, IdentityId};
 use super::rule::{Action, Rule};
 use super::{Classifier, ClassifierError, Compiled, FlowKey, NO_MATCH};
-use crate::flow::Family;
 use crate::counters::MAX_PORTS;
+use crate::flow::Family;
 use std::sync::Arc;
 
 /// One compiled ACL table: first match wins, in rule order.
@@ -169,7 +169,11 @@ impl Table {
         let s = self.selectors.as_ref()?;
         self.rules.get(index)?.dst_selector.as_ref()?;
         // Two identity rules per identity when the rule's source is of no family.
-        let per = if self.rules[index].src.is_v4().is_none() { 2 } else { 1 };
+        let per = if self.rules[index].src.is_v4().is_none() {
+            2
+        } else {
+            1
+        };
         Some(s.expanded[index] / per)
     }
 
@@ -225,14 +229,22 @@ impl SelectorRules {
     fn classify(&self, keys: &[FlowKey], out: &mut [u32], identities: &Identities) {
         let mut id_keys = [FlowKey::default(); SELECTOR_BURST];
         let mut id_out = [NO_MATCH; SELECTOR_BURST];
-        for (keys, out) in keys.chunks(SELECTOR_BURST).zip(out.chunks_mut(SELECTOR_BURST)) {
+        for (keys, out) in keys
+            .chunks(SELECTOR_BURST)
+            .zip(out.chunks_mut(SELECTOR_BURST))
+        {
             let n = keys.len();
             for (k, key) in id_keys.iter_mut().zip(keys) {
                 *k = identity_key(key, identities.dst_identity(key));
             }
-            self.classifier.classify_batch(&id_keys[..n], &mut id_out[..n]);
+            self.classifier
+                .classify_batch(&id_keys[..n], &mut id_out[..n]);
             for (o, &i) in out.iter_mut().zip(&id_out[..n]) {
-                let a = self.address_rule_of.get(*o as usize).copied().unwrap_or(NO_MATCH);
+                let a = self
+                    .address_rule_of
+                    .get(*o as usize)
+                    .copied()
+                    .unwrap_or(NO_MATCH);
                 let b = self.rule_of.get(i as usize).copied().unwrap_or(NO_MATCH);
                 *o = a.min(b);
             }
@@ -363,7 +375,11 @@ mod tests {
         ssh.dst_port = PortRange::single(22);
         let t = Table::compile("t".into(), vec![web, ssh], vec![7, 9], 11).unwrap();
         let mut out = [0u32; 3];
-        t.classify(&[key(80), key(22), key(443)], &mut out, &Identities::default());
+        t.classify(
+            &[key(80), key(22), key(443)],
+            &mut out,
+            &Identities::default(),
+        );
         assert_eq!(out, [0, 1, NO_MATCH]);
         assert!(t.permits(out[0]) && !t.permits(out[1]) && !t.permits(out[2]));
         assert_eq!([t.slot(out[0]), t.slot(out[1]), t.slot(out[2])], [7, 9, 11]);
@@ -380,5 +396,169 @@ mod tests {
         assert!(acl.attached(2, Direction::Egress).is_none());
         assert!(acl.attached(99, Direction::Ingress).is_none());
         assert!(!acl.any_egress && acl.global().is_none());
+    }
+}
+
+#[cfg(test)]
+mod selector_tests {
+    use super::*;
+    use crate::acl::identity::{IdentityMap, WORLD};
+    use crate::acl::{PortRange, Prefix, Proto};
+    use rand::{Rng, SeedableRng};
+    use std::collections::HashMap;
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+    const SELECTORS: [&str; 3] = ["fqdn:*.a.test", "fqdn:b.test", "cidr:192.0.2.0/24"];
+
+    fn random_rule(rng: &mut rand::rngs::StdRng) -> Rule {
+        let mut r = Rule::any(match rng.gen_range(0..3) {
+            0 => Action::Deny,
+            1 => Action::Permit,
+            _ => Action::Reflect,
+        });
+        if rng.gen_bool(0.5) {
+            r.proto = if rng.gen_bool(0.5) {
+                Proto::TCP
+            } else {
+                Proto::UDP
+            };
+            if rng.gen_bool(0.5) {
+                let lo = rng.gen_range(1..100u16);
+                r.dst_port = PortRange {
+                    lo,
+                    hi: lo + rng.gen_range(0..20),
+                };
+            }
+        }
+        match rng.gen_range(0..4) {
+            0 | 1 => r.dst_selector = Some(SELECTORS[rng.gen_range(0..3)].to_string()),
+            2 => r.dst = Prefix::v4(Ipv4Addr::new(198, 51, 100, rng.gen_range(0..8)), 30),
+            _ => {}
+        }
+        if rng.gen_bool(0.2) {
+            r.src = if rng.gen_bool(0.5) {
+                Prefix::v4(Ipv4Addr::new(10, 0, 0, 0), 8)
+            } else {
+                Prefix::v6(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 0), 16)
+            };
+        }
+        r
+    }
+
+    /// The first rule of `rules` matching `key` as the table's semantics say, the
+    /// slow way: a selector rule matches when its other fields do and the destination's
+    /// identity is one the selector selects.
+    fn reference(
+        rules: &[Rule],
+        key: &FlowKey,
+        identity: IdentityId,
+        selected: &HashMap<String, Vec<IdentityId>>,
+    ) -> u32 {
+        for (i, r) in rules.iter().enumerate() {
+            let hit = match &r.dst_selector {
+                None => r.matches(key),
+                Some(s) => {
+                    let mut plain = r.clone();
+                    plain.dst_selector = None;
+                    plain.matches(key) && selected[s].contains(&identity)
+                }
+            };
+            if hit {
+                return i as u32;
+            }
+        }
+        NO_MATCH
+    }
+
+    #[test]
+    fn selector_rules_match_by_identity_like_a_linear_reference() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(22);
+        let dsts: Vec<IpAddr> = (0..12)
+            .map(|i| {
+                if i < 8 {
+                    IpAddr::V4(Ipv4Addr::new(198, 51, 100, i))
+                } else {
+                    IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, i.into()))
+                }
+            })
+            .collect();
+        for round in 0..200 {
+            let rules: Vec<Rule> = (0..rng.gen_range(1..30))
+                .map(|_| random_rule(&mut rng))
+                .collect();
+            let selected: HashMap<String, Vec<IdentityId>> = SELECTORS
+                .iter()
+                .map(|s| {
+                    let ids = (0..rng.gen_range(0..4))
+                        .map(|_| rng.gen_range(100..106))
+                        .collect();
+                    (s.to_string(), ids)
+                })
+                .collect();
+            let mut map = IdentityMap::default();
+            for ip in &dsts {
+                if rng.gen_bool(0.7) {
+                    let len = if ip.is_ipv4() { 32 } else { 128 };
+                    map.set(*ip, len, rng.gen_range(100..106)).unwrap();
+                }
+            }
+            let identities = Identities {
+                maps: vec![None, Some(Arc::new(map.clone()))],
+            };
+            let slots = (0..rules.len() as u32).collect();
+            let table = Table::compile_with("t".into(), rules.clone(), slots, 999, &|s| {
+                selected[s].clone()
+            })
+            .unwrap();
+            let keys: Vec<FlowKey> = (0..64)
+                .map(|_| {
+                    let dst = dsts[rng.gen_range(0..dsts.len())];
+                    let (proto, dport) = (
+                        if rng.gen_bool(0.5) { 6 } else { 17 },
+                        rng.gen_range(0..120),
+                    );
+                    match dst {
+                        IpAddr::V4(d) => {
+                            FlowKey::v4(1, proto, Ipv4Addr::new(10, 1, 2, 3), d, 40000, dport)
+                        }
+                        IpAddr::V6(d) => FlowKey::v6(
+                            1,
+                            proto,
+                            Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 9),
+                            d,
+                            40000,
+                            dport,
+                        ),
+                    }
+                })
+                .collect();
+            let mut out = vec![0u32; keys.len()];
+            table.classify(&keys, &mut out, &identities);
+            for (key, got) in keys.iter().zip(&out) {
+                let id = map.lookup(key.dst_ip());
+                let want = reference(&rules, key, id, &selected);
+                assert_eq!(*got, want, "round {round} key {key:?} identity {id}");
+            }
+            // No map for the network: every destination is world, which no selector
+            // selects here.
+            let mut other = keys[0];
+            other.network = 0;
+            let mut one = [0u32];
+            table.classify(std::slice::from_ref(&other), &mut one, &identities);
+            assert_eq!(one[0], reference(&rules, &other, WORLD, &selected));
+            assert!(table.selectors_current(&|s| selected[s].clone()));
+        }
+    }
+
+    #[test]
+    fn a_changed_identity_set_makes_the_table_stale() {
+        let mut r = Rule::any(Action::Permit);
+        r.dst_selector = Some("fqdn:b.test".into());
+        let t = Table::compile_with("t".into(), vec![r], vec![0], 1, &|_| vec![7]).unwrap();
+        assert!(t.has_selectors());
+        assert!(t.selectors_current(&|_| vec![7]));
+        assert!(!t.selectors_current(&|_| vec![7, 8]));
+        assert_eq!(t.selector_identities(0), Some(1));
+        assert_eq!(t.selector_sets(), [("fqdn:b.test".to_string(), vec![7])]);
     }
 }

@@ -19,7 +19,12 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
     let Some(dns) = b.snap.dns.as_deref() else {
         return;
     };
-    if !dns.ports.get(usize::from(b.in_port)).copied().unwrap_or(false) {
+    if !dns
+        .ports
+        .get(usize::from(b.in_port))
+        .copied()
+        .unwrap_or(false)
+    {
         return;
     }
     let s = &mut *b.s;
@@ -50,4 +55,84 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
         }
     }
     b.n_ok = kept;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::burst::testing::{self, GW_MAC, POD, POD_MAC};
+    use super::*;
+    use crate::snapshot::DnsIntercept;
+    use std::net::{IpAddr, Ipv4Addr};
+    use std::sync::Arc;
+
+    const DNS: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 10);
+
+    fn snapshot(port_under_policy: bool) -> crate::snapshot::Snapshot {
+        let mut snap = testing::snapshot();
+        let mut ports = vec![false; snap.ports.len()];
+        ports[usize::from(POD)] = port_under_policy;
+        snap.dns = Some(Arc::new(DnsIntercept {
+            ports,
+            servers: vec![IpAddr::V4(DNS)],
+        }));
+        snap
+    }
+
+    fn frames() -> Vec<Vec<u8>> {
+        vec![
+            // UDP 53 to the DNS service, UDP 53 elsewhere, TCP 53 to the DNS service,
+            // TCP 80 to the DNS service.
+            testing::udp4(GW_MAC, DNS.octets(), 64, 30),
+            testing::udp4(GW_MAC, [8, 8, 8, 8], 64, 30),
+            testing::tcp4(
+                POD_MAC,
+                GW_MAC,
+                Ipv4Addr::new(10, 1, 0, 2),
+                DNS,
+                40000,
+                53,
+                0x02,
+                1,
+                0,
+            ),
+            testing::tcp4(
+                POD_MAC,
+                GW_MAC,
+                Ipv4Addr::new(10, 1, 0, 2),
+                DNS,
+                40000,
+                80,
+                0x02,
+                1,
+                0,
+            ),
+        ]
+    }
+
+    #[test]
+    fn queries_of_ports_under_dns_policy_go_to_the_proxy() {
+        let snap = snapshot(true);
+        let mut frames = frames();
+        let (ok, actions) = testing::with_burst(&snap, &mut frames, |b| {
+            testing::parse_all(b);
+            stage(b);
+            b.s.ok[..b.n_ok].to_vec()
+        });
+        assert_eq!(actions[0], Action::Punt(Punt::Dns));
+        assert_eq!(actions[2], Action::Drop(DropReason::DnsTcp));
+        assert_eq!(ok, [1, 3]);
+    }
+
+    #[test]
+    fn other_ports_and_snapshots_without_dns_policy_are_untouched() {
+        for snap in [snapshot(false), testing::snapshot()] {
+            let mut frames = frames();
+            let (ok, _) = testing::with_burst(&snap, &mut frames, |b| {
+                testing::parse_all(b);
+                stage(b);
+                b.s.ok[..b.n_ok].to_vec()
+            });
+            assert_eq!(ok, [0, 1, 2, 3]);
+        }
+    }
 }

@@ -403,7 +403,11 @@ pub fn flood_permits(
         return (true, None);
     }
     let mut result = [0u32];
-    table.classify(std::slice::from_ref(&parsed.key), &mut result, &snap.identities);
+    table.classify(
+        std::slice::from_ref(&parsed.key),
+        &mut result,
+        &snap.identities,
+    );
     let hit = AclHit {
         slot: table.slot(result[0]),
         bytes: len as u32,
