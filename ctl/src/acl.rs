@@ -290,7 +290,6 @@ mod tests {
             src_port: "any".into(),
             dst_port: "80".into(),
             origin: Some("x/allow-web".into()),
-            dst_selector: None,
             hits: Hits {
                 packets,
                 bytes: packets * 60,

@@ -454,14 +454,7 @@ impl Fqdn {
             };
             self.pending.remove(&id);
             if !answer.records.is_empty() {
-                self.counters.addresses_learned += answer.records.len() as u64;
-                let changes = self.state.on_dns_answer_for(
-                    &p.endpoint,
-                    &answer.name,
-                    &answer.records,
-                    now_s(),
-                );
-                self.apply_changes(&changes);
+                let changes = self.learn(&p.endpoint, &answer.name, &answer.records);
                 merge(&mut all, changes);
             }
             msg[..2].copy_from_slice(&p.client_id.to_be_bytes());
@@ -489,6 +482,17 @@ impl Fqdn {
             .retain(|_, p| now.duration_since(p.sent) < timeout);
         self.counters.upstream_timeouts += (before - self.pending.len()) as u64;
         (replies, all)
+    }
+
+    /// Gives an answer's addresses (`name` looked up by `endpoint`) to the name manager
+    /// and applies what changed to the IP → identity map; the caller publishes.
+    pub fn learn(&mut self, endpoint: &str, name: &str, records: &[(IpAddr, u32)]) -> Changes {
+        self.counters.addresses_learned += records.len() as u64;
+        let changes = self
+            .state
+            .on_dns_answer_for(endpoint, name, records, now_s());
+        self.apply_changes(&changes);
+        changes
     }
 
     /// The expired addresses to ask the connection tracker about, when a collection

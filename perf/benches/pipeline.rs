@@ -12,6 +12,7 @@
 //! `cargo bench -p ferrule-perf --bench pipeline -- --warm-up-time 1 --measurement-time 3`
 
 use criterion::{black_box, Criterion, Throughput};
+use ferrule_dataplane::acl::identity::{Identities, IdentityMap};
 use ferrule_dataplane::acl::table::{AclTables, Table};
 use ferrule_dataplane::acl::{Action as AclAction, PortRange, Prefix, Proto, Rule};
 use ferrule_dataplane::counters::MAX_PORTS;
@@ -382,6 +383,52 @@ fn bench(c: &mut Criterion) {
             })
         })
     });
+    // FQDN policy: the pod's ingress table permits by the destination's identity
+    // (`fqdn:*.bench.test`, a 100,000-address identity map holding every frame's
+    // destination), against the same table permitting by address (any) in the same
+    // run: the difference is the identity lookup and the second classifier.
+    let acl1_snap = with_pod_permit(&pod_snap, None, &[]);
+    let fqdn_snap = with_pod_permit(&pod_snap, Some("fqdn:*.bench.test"), &addrs[..ARENA]);
+    for (name, s) in [
+        ("ferrule_pipeline_pod_acl1_burst32", &acl1_snap),
+        ("ferrule_pipeline_pod_fqdn_burst32", &fqdn_snap),
+    ] {
+        for chunk in frames.chunks(BURST).take(64) {
+            let mut a = chunk.to_vec();
+            pipeline::process_burst(
+                s,
+                0,
+                a.as_mut_slice(),
+                &mut actions[..chunk.len()],
+                &mut scratch,
+                None,
+                &mut NoTrace,
+            );
+            assert!(
+                actions[..chunk.len()]
+                    .iter()
+                    .all(|x| *x == Action::Forward { port: 1 }),
+                "{name}: every frame is permitted: {actions:?}"
+            );
+        }
+        g.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                run(iters, &mut |burst| {
+                    let mut slots = Slots(burst);
+                    pipeline::process_burst(
+                        s,
+                        0,
+                        &mut slots,
+                        &mut actions,
+                        &mut scratch,
+                        None,
+                        &mut NoTrace,
+                    );
+                    black_box(&actions);
+                })
+            })
+        });
+    }
     if baseline {
         g.bench_function("l3fwd_rte_lpm_burst32", |b| {
             b.iter_custom(|iters| {
@@ -480,6 +527,50 @@ fn with_ingress_acl(snap: &Snapshot, rng: &mut StdRng, rules: usize) -> Snapshot
         None,
         1,
     ));
+    out
+}
+
+/// `snap` with one ingress table on port 0: a deny of TCP port 22, then a permit of
+/// everything to `selector` (or to anything without one). With a selector, the
+/// identity map holds each of `dsts` and 99,000 other random addresses (10,000 names ×
+/// 10 addresses) under the one identity the selector selects, and 1,000 more under
+/// another.
+fn with_pod_permit(snap: &Snapshot, selector: Option<&str>, dsts: &[u32]) -> Snapshot {
+    const ID: u32 = (1 << 24) + 1;
+    let mut ssh = Rule::any(AclAction::Deny);
+    ssh.proto = Proto::TCP;
+    ssh.dst_port = PortRange::single(22);
+    let mut permit = Rule::any(AclAction::Permit);
+    permit.dst_selector = selector.map(str::to_string);
+    let table = Table::compile_with("bench".into(), vec![ssh, permit], vec![0, 1], 2, &|_| {
+        vec![ID]
+    })
+    .expect("compile");
+    let mut ingress = [None; MAX_PORTS];
+    ingress[0] = Some(0);
+    let mut out = snap.clone();
+    out.acl = Arc::new(AclTables::new(
+        vec![Arc::new(table)],
+        ingress,
+        [None; MAX_PORTS],
+        None,
+        1,
+    ));
+    if selector.is_some() {
+        let mut rng = StdRng::seed_from_u64(SEED ^ 0xf9d);
+        let mut map = IdentityMap::default();
+        for &d in dsts {
+            map.set(IpAddr::V4(Ipv4Addr::from(d)), 32, ID).expect("host prefix");
+        }
+        while map.len() < 100_000 {
+            let id = if map.len() % 100 == 0 { ID + 1 } else { ID };
+            map.set(IpAddr::V4(Ipv4Addr::from(rng.gen::<u32>())), 32, id)
+                .expect("host prefix");
+        }
+        out.identities = Arc::new(Identities {
+            maps: vec![Some(Arc::new(map))],
+        });
+    }
     out
 }
 

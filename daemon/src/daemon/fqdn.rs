@@ -45,6 +45,20 @@ impl NodeState {
         self.publish();
     }
 
+    /// Learns a DNS answer (`name` looked up by `endpoint`) and publishes what changed,
+    /// as the proxy does with each answer before handing it to the pod (its rule is in
+    /// force when this returns). For benchmarks and tests.
+    pub fn learn_dns_answer(
+        &mut self,
+        endpoint: &str,
+        name: &str,
+        records: &[(IpAddr, u32)],
+    ) -> Changes {
+        let changes = self.fqdn.learn(endpoint, name, records);
+        self.publish_fqdn_changes(&changes);
+        changes
+    }
+
     /// A punted DNS query from port `in_port`.
     pub(super) fn dns_query(&mut self, mbuf: Mbuf, in_port: u16, pool: &Mempool) {
         let index = usize::from(in_port);
