@@ -1,15 +1,18 @@
-//! Kubernetes NetworkPolicy → Ferrule ACL tables, in the layers of Contiv/VPP's policy
-//! plugin: [`cache`] (Namespaces, Pods, NetworkPolicies from YAML/JSON) → [`processor`]
+//! Kubernetes NetworkPolicy and CiliumNetworkPolicy → Ferrule ACL tables, in the
+//! layers of Contiv/VPP's policy plugin: [`cache`] (Namespaces, Pods, NetworkPolicies
+//! from YAML/JSON; CiliumNetworkPolicies through [`cilium`]) → [`processor`]
 //! (selectors resolved, pods a change affects) → [`configurator`] (6-tuple rules per
 //! pod and side) → [`renderer`] (combined local tables, reflective and global tables,
 //! diffs) → the `acl.apply` input. [`Engine`] keeps the layers' state for one node
 //! and re-renders incrementally: [`configs`] shares the configurator's rules between
 //! pods with the same policies and named ports, [`tables`] re-combines only the
 //! (pod, sender) pairs a change touches; [`verdict`] answers "would this connection pass" by
-//! sending packets through the rendered tables with the dataplane's classifier.
-//! See docs/policy.md.
+//! sending packets through the rendered tables with the dataplane's classifier. The
+//! engine also keeps each local pod's DNS policy (its CiliumNetworkPolicies'
+//! `rules.dns`). See docs/policy.md.
 
 pub mod cache;
+pub mod cilium;
 pub mod configs;
 pub mod configurator;
 pub mod processor;
@@ -22,10 +25,10 @@ pub mod verdict;
 use cache::{valid_port_name, Cache, Key, Kind, Object, PORT_ANNOTATION};
 use configs::Configs;
 use configurator::PodRules;
-use ferrule_api::acl::AttachTarget;
+use ferrule_api::acl::{AttachTarget, DnsPolicy};
 use processor::{Affected, Processor};
 use renderer::{Diff, Rendered};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use tables::{PodInput, Tables};
 
@@ -104,6 +107,8 @@ pub struct Engine {
     processor: Processor,
     configs: Configs,
     tables: Tables,
+    /// The DNS policies lag the state (a render failed): recompute every pod's.
+    dns_stale: bool,
 }
 
 impl Engine {
@@ -116,6 +121,7 @@ impl Engine {
             processor,
             configs: Configs::default(),
             tables: Tables::default(),
+            dns_stale: false,
         };
         let all = Affected {
             pods: e.cache.pods.keys().cloned().collect(),
@@ -178,7 +184,67 @@ impl Engine {
             };
             (k, input)
         });
-        self.tables.update(inputs, check_ports)
+        let mut diff = match self.tables.update(inputs, check_ports) {
+            Ok(d) => d,
+            Err(e) => {
+                self.dns_stale = true;
+                return Err(e);
+            }
+        };
+        // DNS policies: those of the pods that changed or whose policies did.
+        let mut pods: BTreeSet<Key> = affected.pods.clone();
+        for pk in &affected.policies {
+            if let Some(r) = self.processor.resolved.get(pk) {
+                pods.extend(r.targets.iter().cloned());
+            }
+        }
+        if std::mem::take(&mut self.dns_stale) {
+            pods.extend(self.cache.pods.keys().cloned());
+            pods.extend(self.tables.rendered().dns.keys().cloned());
+        }
+        for k in pods {
+            let new = self.dns_policy(&k);
+            let dns = self.tables.dns_mut();
+            if dns.get(&k) == new.as_ref() {
+                continue;
+            }
+            match new {
+                Some(d) => dns.insert(k.clone(), d),
+                None => dns.remove(&k),
+            };
+            diff.dns.push(k);
+        }
+        Ok(diff)
+    }
+
+    /// The DNS policy of pod `k`: when it is local and active, the union of the
+    /// `rules.dns` patterns of the policies applying to it (`*` alone when one of them
+    /// is `*`), attached where its tables are; `None` when there are none.
+    fn dns_policy(&self, k: &Key) -> Option<DnsPolicy> {
+        let pod = self
+            .cache
+            .pods
+            .get(k)
+            .filter(|p| p.is_active() && self.local.holds(p))?;
+        let mut allow: Vec<String> = self
+            .processor
+            .policy_keys_of(k)
+            .iter()
+            .filter_map(|pk| self.cache.policies.get(pk))
+            .flat_map(|p| p.dns.iter().cloned())
+            .collect();
+        if allow.is_empty() {
+            return None;
+        }
+        if allow.iter().any(|p| p == "*") {
+            allow = vec!["*".to_string()];
+        }
+        allow.sort();
+        allow.dedup();
+        Some(DnsPolicy {
+            target: pod.port.clone(),
+            allow,
+        })
     }
 }
 
@@ -237,12 +303,17 @@ pub fn changes_between(old: &Cache, new: &Cache) -> Vec<Change> {
             out.push(Change::Upsert(Object::Policy(p.clone())));
         }
     }
-    for k in old
+    for (k, p) in old
         .policies
-        .keys()
-        .filter(|k| !new.policies.contains_key(*k))
+        .iter()
+        .filter(|(k, _)| !new.policies.contains_key(*k))
     {
-        out.push(Change::Delete(Kind::NetworkPolicy, k.clone()));
+        let kind = if p.cilium {
+            Kind::CiliumNetworkPolicy
+        } else {
+            Kind::NetworkPolicy
+        };
+        out.push(Change::Delete(kind, k.clone()));
     }
     out
 }

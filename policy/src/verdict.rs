@@ -12,12 +12,19 @@
 //! allowed when its first packet and the reply both pass. Endpoints that are IP
 //! addresses are outside the cluster: reached through the uplink, with no tables
 //! of their own. A pod talking to itself is loopback: allowed.
+//!
+//! Rules whose destination is a remote-identity selector (`fqdn:…`, `cidr:…`: a
+//! CiliumNetworkPolicy's `toFQDNs`, `toCIDR`, `toCIDRSet`) match by the identity the
+//! dataplane learns for an address (from DNS answers, from CIDR policies), which an
+//! offline verdict does not have: they never match here. A connection such a rule
+//! would allow is denied offline; the trace names the selector rules that could
+//! have matched.
 
 use super::cache::{Cache, Key, L4};
 use super::renderer::Rendered;
 use super::{Engine, Local, PolicyError};
 use ferrule_dataplane::acl::table::Table;
-use ferrule_dataplane::acl::{Action, FlowKey};
+use ferrule_dataplane::acl::{Action, FlowKey, Rule};
 use std::collections::HashMap;
 use std::net::IpAddr;
 
@@ -45,20 +52,44 @@ impl Endpoint {
     }
 }
 
+/// A rendered table compiled without its selector rules.
+struct Compiled {
+    table: Table,
+    /// The position in the rendered table of each compiled rule.
+    positions: Vec<usize>,
+    /// The rendered table's rules with a `dst_selector`, by position.
+    selectors: Vec<(usize, Rule)>,
+}
+
 /// A node's rendered tables, compiled.
 struct Node {
     rendered: Rendered,
-    tables: HashMap<String, Table>,
+    tables: HashMap<String, Compiled>,
 }
 
 impl Node {
     fn new(rendered: Rendered) -> Result<Node, PolicyError> {
         let mut tables = HashMap::new();
         for (name, rules) in &rendered.tables {
-            let slots = (0..rules.len() as u32).collect();
-            let t = Table::compile(name.clone(), rules.clone(), slots, rules.len() as u32)
+            // Selector rules match no address: left out of the classifier.
+            let (selectors, plain): (Vec<(usize, &Rule)>, Vec<(usize, &Rule)>) = rules
+                .iter()
+                .enumerate()
+                .partition(|(_, r)| r.dst_selector.is_some());
+            let positions: Vec<usize> = plain.iter().map(|(i, _)| *i).collect();
+            let plain: Vec<Rule> = plain.into_iter().map(|(_, r)| r.clone()).collect();
+            let slots = (0..plain.len() as u32).collect();
+            let n = plain.len() as u32;
+            let table = Table::compile(name.clone(), plain, slots, n)
                 .map_err(|e| PolicyError::Render(format!("table {name}: {e}")))?;
-            tables.insert(name.clone(), t);
+            tables.insert(
+                name.clone(),
+                Compiled {
+                    table,
+                    positions,
+                    selectors: selectors.into_iter().map(|(i, r)| (i, r.clone())).collect(),
+                },
+            );
         }
         Ok(Node { rendered, tables })
     }
@@ -80,16 +111,30 @@ impl Node {
         let mut out = [0u32; 1];
         // Offline there are no DNS answers: selector rules match no address.
         let identities = ferrule_dataplane::acl::identity::Identities::default();
-        t.classify(std::slice::from_ref(key), &mut out, &identities);
-        let action = t.action(out[0]);
+        t.table
+            .classify(std::slice::from_ref(key), &mut out, &identities);
+        let action = t.table.action(out[0]);
+        let position = t.positions.get(out[0] as usize).copied();
         trace.push(format!(
             "{at}: table {name} rule {}: {action}",
-            if out[0] == ferrule_dataplane::acl::NO_MATCH {
-                "-".to_string()
-            } else {
-                out[0].to_string()
-            }
+            position.map_or_else(|| "-".to_string(), |p| p.to_string())
         ));
+        if action == Action::Deny {
+            // Selector rules before the deciding one that match the rest of the key.
+            let before = position.unwrap_or(usize::MAX);
+            for (i, r) in t.selectors.iter().take_while(|(i, _)| *i < before) {
+                let mut plain = r.clone();
+                plain.dst_selector = None;
+                if r.action != Action::Deny && plain.matches(key) {
+                    trace.push(format!(
+                        "{at}: table {name} rule {i} ({} to {}) would {} if the destination has that identity; offline verdicts never match selector rules",
+                        r.action,
+                        r.dst_selector.as_deref().unwrap_or(""),
+                        r.action
+                    ));
+                }
+            }
+        }
         (action != Action::Deny, action == Action::Reflect)
     }
 
