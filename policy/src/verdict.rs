@@ -22,6 +22,7 @@
 
 use super::cache::{Cache, Key, L4};
 use super::renderer::Rendered;
+use super::subnet;
 use super::{Engine, Local, PolicyError};
 use ferrule_dataplane::acl::table::Table;
 use ferrule_dataplane::acl::{Action, FlowKey, Rule};
@@ -72,12 +73,17 @@ impl Node {
         let mut tables = HashMap::new();
         for (name, rules) in &rendered.tables {
             // Selector rules match no address: left out of the classifier.
-            let (selectors, plain): (Vec<(usize, &Rule)>, Vec<(usize, &Rule)>) = rules
-                .iter()
-                .enumerate()
-                .partition(|(_, r)| r.dst_selector.is_some());
-            let positions: Vec<usize> = plain.iter().map(|(i, _)| *i).collect();
-            let plain: Vec<Rule> = plain.into_iter().map(|(_, r)| r.clone()).collect();
+            let mut positions = Vec::new();
+            let mut plain = Vec::new();
+            let mut selectors = Vec::new();
+            for (i, r) in rules.iter().enumerate() {
+                if r.dst_selector.is_some() {
+                    selectors.push((i, r.clone()));
+                } else {
+                    positions.push(i);
+                    plain.push(r.clone());
+                }
+            }
             let slots = (0..plain.len() as u32).collect();
             let n = plain.len() as u32;
             let table = Table::compile(name.clone(), plain, slots, n)
@@ -123,13 +129,18 @@ impl Node {
             // Selector rules before the deciding one that match the rest of the key.
             let before = position.unwrap_or(usize::MAX);
             for (i, r) in t.selectors.iter().take_while(|(i, _)| *i < before) {
+                let selector = r.dst_selector.as_deref().unwrap_or("");
+                // A `cidr:` selector selects addresses inside its prefix only.
+                let inside = selector
+                    .strip_prefix("cidr:")
+                    .and_then(|p| subnet::parse_cidr(p).ok())
+                    .is_none_or(|p| p.matches(key.dst_ip()));
                 let mut plain = r.clone();
                 plain.dst_selector = None;
-                if r.action != Action::Deny && plain.matches(key) {
+                if r.action != Action::Deny && inside && plain.matches(key) {
                     trace.push(format!(
-                        "{at}: table {name} rule {i} ({} to {}) would {} if the destination has that identity; offline verdicts never match selector rules",
-                        r.action,
-                        r.dst_selector.as_deref().unwrap_or(""),
+                        "{at}: table {name} rule {i} ({} to {selector}) is not matched offline: \
+                         the dataplane matches it by the destination's identity",
                         r.action
                     ));
                 }
