@@ -25,7 +25,7 @@ use super::renderer::Rendered;
 use super::subnet;
 use super::{Engine, Local, PolicyError};
 use ferrule_dataplane::acl::table::Table;
-use ferrule_dataplane::acl::{Action, FlowKey, Rule};
+use ferrule_dataplane::acl::{Action, FlowKey};
 use std::collections::HashMap;
 use std::net::IpAddr;
 
@@ -53,49 +53,20 @@ impl Endpoint {
     }
 }
 
-/// A rendered table compiled without its selector rules.
-struct Compiled {
-    table: Table,
-    /// The position in the rendered table of each compiled rule.
-    positions: Vec<usize>,
-    /// The rendered table's rules with a `dst_selector`, by position.
-    selectors: Vec<(usize, Rule)>,
-}
-
 /// A node's rendered tables, compiled.
 struct Node {
     rendered: Rendered,
-    tables: HashMap<String, Compiled>,
+    tables: HashMap<String, Table>,
 }
 
 impl Node {
     fn new(rendered: Rendered) -> Result<Node, PolicyError> {
         let mut tables = HashMap::new();
         for (name, rules) in &rendered.tables {
-            // Selector rules match no address: left out of the classifier.
-            let mut positions = Vec::new();
-            let mut plain = Vec::new();
-            let mut selectors = Vec::new();
-            for (i, r) in rules.iter().enumerate() {
-                if r.dst_selector.is_some() {
-                    selectors.push((i, r.clone()));
-                } else {
-                    positions.push(i);
-                    plain.push(r.clone());
-                }
-            }
-            let slots = (0..plain.len() as u32).collect();
-            let n = plain.len() as u32;
-            let table = Table::compile(name.clone(), plain, slots, n)
+            let slots = (0..rules.len() as u32).collect();
+            let t = Table::compile(name.clone(), rules.clone(), slots, rules.len() as u32)
                 .map_err(|e| PolicyError::Render(format!("table {name}: {e}")))?;
-            tables.insert(
-                name.clone(),
-                Compiled {
-                    table,
-                    positions,
-                    selectors: selectors.into_iter().map(|(i, r)| (i, r.clone())).collect(),
-                },
-            );
+            tables.insert(name.clone(), t);
         }
         Ok(Node { rendered, tables })
     }
@@ -117,19 +88,20 @@ impl Node {
         let mut out = [0u32; 1];
         // Offline there are no DNS answers: selector rules match no address.
         let identities = ferrule_dataplane::acl::identity::Identities::default();
-        t.table
-            .classify(std::slice::from_ref(key), &mut out, &identities);
-        let action = t.table.action(out[0]);
-        let position = t.positions.get(out[0] as usize).copied();
+        t.classify(std::slice::from_ref(key), &mut out, &identities);
+        let action = t.action(out[0]);
+        let position = (out[0] != ferrule_dataplane::acl::NO_MATCH).then_some(out[0] as usize);
         trace.push(format!(
             "{at}: table {name} rule {}: {action}",
             position.map_or_else(|| "-".to_string(), |p| p.to_string())
         ));
         if action == Action::Deny {
-            // Selector rules before the deciding one that match the rest of the key.
-            let before = position.unwrap_or(usize::MAX);
-            for (i, r) in t.selectors.iter().take_while(|(i, _)| *i < before) {
-                let selector = r.dst_selector.as_deref().unwrap_or("");
+            // The selector rules before the deciding one that match the rest of the key.
+            let before = position.unwrap_or(t.rules.len());
+            for (i, r) in t.rules[..before].iter().enumerate() {
+                let Some(selector) = r.dst_selector.as_deref() else {
+                    continue;
+                };
                 // A `cidr:` selector selects addresses inside its prefix only.
                 let inside = selector
                     .strip_prefix("cidr:")
