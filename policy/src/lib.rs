@@ -127,7 +127,7 @@ impl Engine {
             pods: e.cache.pods.keys().cloned().collect(),
             ..Affected::default()
         };
-        e.rerender(&all)?;
+        e.rerender(&all, &BTreeSet::new())?;
         Ok(e)
     }
 
@@ -146,6 +146,8 @@ impl Engine {
     /// changes stay applied to the cache).
     pub fn apply(&mut self, changes: Vec<Change>) -> Result<Diff, PolicyError> {
         let mut affected = Affected::default();
+        // The policies changed themselves (their DNS rules may have).
+        let mut edited = BTreeSet::new();
         for c in changes {
             let (kind, key, old) = match c {
                 Change::Upsert(o) => {
@@ -157,9 +159,12 @@ impl Engine {
                     (kind, key, old)
                 }
             };
+            if matches!(kind, Kind::NetworkPolicy | Kind::CiliumNetworkPolicy) {
+                edited.insert(key.clone());
+            }
             affected.extend(self.processor.update(&self.cache, kind, &key, old.as_ref()));
         }
-        self.rerender(&affected)
+        self.rerender(&affected, &edited)
     }
 
     /// Replaces the whole state with `objects`, as a list of changes.
@@ -168,8 +173,13 @@ impl Engine {
         self.apply(changes_between(&self.cache, &next))
     }
 
-    /// Re-configures what `affected` names and re-renders the pods that changed.
-    fn rerender(&mut self, affected: &Affected) -> Result<Diff, PolicyError> {
+    /// Re-configures what `affected` names and re-renders the pods that changed;
+    /// `edited`: the policies that were changed themselves.
+    fn rerender(
+        &mut self,
+        affected: &Affected,
+        edited: &BTreeSet<Key>,
+    ) -> Result<Diff, PolicyError> {
         let changed = self
             .configs
             .update(&self.cache, &self.processor, &self.local, affected);
@@ -191,9 +201,20 @@ impl Engine {
                 return Err(e);
             }
         };
-        // DNS policies: those of the pods that changed or whose policies did.
+        // DNS policies: those of the pods that changed or whose set of policies did
+        // (`affected.pods`), and of the targets of the policies whose DNS rules may
+        // have changed (edited ones) or that have some (a target's DNS policy is the
+        // union of its policies' rules, whatever their peers resolve to).
         let mut pods: BTreeSet<Key> = affected.pods.clone();
         for pk in &affected.policies {
+            let has_dns = self
+                .cache
+                .policies
+                .get(pk)
+                .is_some_and(|p| !p.dns.is_empty());
+            if !has_dns && !edited.contains(pk) {
+                continue;
+            }
             if let Some(r) = self.processor.resolved.get(pk) {
                 pods.extend(r.targets.iter().cloned());
             }

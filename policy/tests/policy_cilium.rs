@@ -692,3 +692,51 @@ fn the_rendering_round_trips_through_acl_apply() {
         .iter()
         .any(|r| r.dst_selector.as_deref() == Some("fqdn:www.cilium.io"))));
 }
+
+#[test]
+fn random_changes_of_cilium_policies_match_a_full_render() {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+    let cnps: Vec<Object> = [
+        "{name: a, namespace: app}\nspec:\n  endpointSelector: {matchLabels: {app: crawler}}\n  egress: [{toFQDNs: [{matchName: a.example.com}], toPorts: [{ports: [{port: \"443\"}], rules: {dns: [{matchPattern: \"*.example.com\"}]}}]}]",
+        "{name: a, namespace: app}\nspec:\n  endpointSelector: {}\n  egress: [{toEndpoints: [{matchLabels: {k8s:io.kubernetes.pod.namespace: kube-system}}], toPorts: [{ports: [{port: \"53\", protocol: UDP}], rules: {dns: [{matchPattern: \"*\"}]}}]}]",
+        "{name: b, namespace: app}\nspec:\n  endpointSelector: {matchLabels: {app: web}}\n  egress: [{toCIDRSet: [{cidr: 10.0.0.0/24, except: [10.0.0.0/30]}]}, {toEndpoints: [{}]}]\n  ingress: [{fromEndpoints: [{matchLabels: {app: crawler}}]}]",
+        "{name: b, namespace: app}\nspec:\n  endpointSelector: {matchLabels: {app: web}}\n  egress: [{toPorts: [{ports: [{port: http}], rules: {dns: [{matchName: web.example.com}]}}]}]",
+        "{name: c, namespace: other}\nspecs:\n- endpointSelector: {}\n  egress: [{toEndpoints: [{matchLabels: {io.cilium.k8s.namespace.labels.team: red, io.kubernetes.pod.namespace: app}}]}]\n- endpointSelector: {matchLabels: {app: db}}\n  egress: [{toCIDR: [\"fd00::/8\"], toPorts: [{ports: [{port: \"53\"}], rules: {dns: [{matchName: db.example.com}]}}]}]",
+    ]
+    .iter()
+    .flat_map(|m| objects(&format!("apiVersion: cilium.io/v2\nkind: CiliumNetworkPolicy\nmetadata: {m}\n")))
+    .collect();
+    let pods: Vec<Object> = [
+        "{name: crawler, namespace: app, labels: {app: crawler}}\nspec: {nodeName: n1, containers: [{name: c}]}\nstatus: {podIP: 10.0.0.1}",
+        "{name: crawler, namespace: app, labels: {app: web}}\nspec: {nodeName: n1, containers: [{name: c}]}\nstatus: {podIP: 10.0.0.1}",
+        "{name: crawler, namespace: app, labels: {app: crawler}}\nspec: {nodeName: n2, containers: [{name: c}]}\nstatus: {podIPs: [{ip: 10.0.0.1}, {ip: \"fd00::1\"}]}",
+        "{name: db, namespace: other, labels: {app: db}}\nspec: {nodeName: n1, containers: [{name: c}]}\nstatus: {podIPs: [{ip: 10.0.0.9}, {ip: \"fd00::9\"}]}",
+        "{name: db, namespace: other, labels: {app: db}, annotations: {ferrule.io/port: db-0}}\nspec: {nodeName: n1, containers: [{name: c}]}\nstatus: {podIP: 10.0.0.9}",
+    ]
+    .iter()
+    .flat_map(|m| objects(&format!("apiVersion: v1\nkind: Pod\nmetadata: {m}\n")))
+    .collect();
+    let namespaces = objects(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: app, labels: {team: red}}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: app, labels: {team: blue}}\n",
+    );
+    let mut rng = StdRng::seed_from_u64(22);
+    for local in [Local::Node("n1".into()), Local::All] {
+        let mut e = engine(PODS, local.clone());
+        for i in 0..150 {
+            let pool = match rng.gen_range(0..3) {
+                0 => &cnps,
+                1 => &pods,
+                _ => &namespaces,
+            };
+            let o = pool[rng.gen_range(0..pool.len())].clone();
+            let change = if rng.gen_bool(0.25) && !matches!(o, Object::Namespace(_)) {
+                let (kind, key) = o.id();
+                Change::Delete(kind, key)
+            } else {
+                Change::Upsert(o)
+            };
+            step(&mut e, change, &format!("{local:?} change {i}"));
+        }
+    }
+}
