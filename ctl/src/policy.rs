@@ -1,5 +1,5 @@
-//! `ferrulectl policy`: render Kubernetes NetworkPolicies into the `acl.apply` file
-//! format, answer allow/deny for connections from the rendered tables (both offline),
+//! `ferrulectl policy`: render Kubernetes NetworkPolicies and CiliumNetworkPolicies
+//! into the `acl.apply` file format, answer allow/deny for connections from the rendered tables (both offline),
 //! and apply the rendered tables to ferruled once.
 
 use super::{acl, CtlError, Ctx};
@@ -13,14 +13,18 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
 pub const POLICY_LONG_ABOUT: &str = "\
-Render Kubernetes NetworkPolicies into Ferrule ACL tables, the way Contiv/VPP's policy
-renderer does, and ask what the rendered tables do to a connection.
+Render Kubernetes NetworkPolicies and CiliumNetworkPolicies into Ferrule ACL tables,
+the way Contiv/VPP's policy renderer does, and ask what the rendered tables do to a
+connection.
 
 The state (--state) is a YAML or JSON file, or a directory of them (read recursively
 in name order; multi-document files and `kind: List` are fine): Namespaces (labels),
 Pods (labels, spec.nodeName, spec.hostNetwork, containers' named ports, status.podIP /
-podIPs) and NetworkPolicies (networking.k8s.io/v1). Other kinds are skipped with a
-warning on stderr; an invalid object is an error naming it and its field.
+podIPs), NetworkPolicies (networking.k8s.io/v1) and CiliumNetworkPolicies (cilium.io/v2:
+endpointSelector; toEndpoints, toFQDNs, toCIDR, toCIDRSet, toPorts with rules.dns;
+fromEndpoints, fromCIDR, fromCIDRSet). Other kinds are skipped with a warning on
+stderr; an invalid object, or a CiliumNetworkPolicy field that is not supported, is an
+error naming it and its field.
 
 A pod's tables attach to the port that records the pod (`port add --pod NS/NAME`, the
 CNI plugin), or to the port its annotation ferrule.io/port names; an attachment whose
@@ -39,7 +43,11 @@ YAML, or JSON with --json. Per pod with restrictions: an egress table (the pod's
 ingress policies combined with the egress policies of the other local pods; pods with
 identical rules share one table) and the reflective table `reflect-all` on its
 ingress; and the `global` table for uplink egress (the local pods' egress policies,
-then permit). Every rule's origin names the policy it came from (NAMESPACE/NAME).
+then permit). Every rule's origin names the policy it came from (NAMESPACE/NAME;
+NAMESPACE/cnp:NAME for a CiliumNetworkPolicy). A CiliumNetworkPolicy's toFQDNs, toCIDR
+and toCIDRSet peers are rules whose dst is a selector (fqdn:PATTERN, cidr:PREFIX),
+matched by ferruled by the destination's identity; its rules.dns become the `dns`
+section (per pod, the names it may look up through the DNS proxy).
 
 Examples:
   ferrulectl policy render --state manifests/ --node worker-1 > acl.yaml
@@ -58,6 +66,12 @@ connection. An end can also be an IP address outside the pods (reached through t
 uplink). With --queries, each line `FROM TO PORT PROTOCOL` of FILE (`-`: standard
 input; blank lines and # comments skipped) is printed followed by a space and the
 verdict. --explain prints the tables consulted on standard error.
+
+Rules whose destination is a selector (fqdn:…, cidr:…: a CiliumNetworkPolicy's
+toFQDNs, toCIDR, toCIDRSet) never match here: the identity they match is what
+ferruled learns from DNS answers and CIDR policies, which an offline verdict does not
+have. A connection only such a rule allows is `deny` offline; --explain names those
+rules.
 
 Examples:
   ferrulectl policy verdict --state s/ --from x/a --to y/b --port 80 --protocol TCP

@@ -1,7 +1,8 @@
-//! The policy cache (the seed's top layer): Namespaces, Pods and NetworkPolicies read
-//! from standard Kubernetes YAML or JSON (`k8s-openapi` types; multi-document files,
-//! `kind: List`, directories), validated into the small model the layers below use, and
-//! kept in ordered maps with the lookups the processor needs.
+//! The policy cache (the seed's top layer): Namespaces, Pods, NetworkPolicies and
+//! CiliumNetworkPolicies read from standard Kubernetes YAML or JSON (`k8s-openapi`
+//! types, [`super::cilium`] for `cilium.io/v2`; multi-document files, `kind: List`,
+//! directories), validated into the small model the layers below use, and kept in
+//! ordered maps with the lookups the processor needs.
 //!
 //! Every error names the object (`Pod x/a`) and the field (`spec.ingress[0].from[1]`).
 //! Objects of other kinds are skipped with a warning.
@@ -176,6 +177,11 @@ pub enum Peer {
     },
     /// An ipBlock, already cut into the prefixes left after `except`.
     Block { cidr: Prefix, pieces: Vec<Prefix> },
+    /// A remote-identity selector in canonical text (`fqdn:*.example.com`,
+    /// `cidr:192.0.2.0/24`; a CiliumNetworkPolicy's `toFQDNs`, `toCIDR`, `toCIDRSet`):
+    /// rendered as a rule whose `dst_selector` it is, matched by the dataplane by the
+    /// destination's identity — never by address, and never a pod.
+    Selector(String),
 }
 
 /// One `ingress[]` or `egress[]` rule.
@@ -187,16 +193,25 @@ pub struct PolicyRule {
     pub ports: Option<Vec<PortSpec>>,
 }
 
-/// A validated NetworkPolicy.
+/// A validated NetworkPolicy, or one `spec` of a CiliumNetworkPolicy (see
+/// [`super::cilium`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NetworkPolicy {
+    /// `namespace/name`; a CiliumNetworkPolicy's is `namespace/cnp:name` (and
+    /// `namespace/cnp:name:specs[i]` for its `specs`), see [`super::cilium::key`].
     pub key: Key,
+    /// Read from a CiliumNetworkPolicy.
+    pub cilium: bool,
     pub pod_selector: Selector,
     /// `Some` when the policy isolates the pods it selects for ingress (explicit
     /// `policyTypes`, or inferred: always); the rules that allow traffic.
     pub ingress: Option<Vec<PolicyRule>>,
     /// As `ingress`, for egress (inferred when `egress` has rules).
     pub egress: Option<Vec<PolicyRule>>,
+    /// The names the selected pods may look up through the DNS proxy (a
+    /// CiliumNetworkPolicy's `toPorts[].rules.dns`): canonical `matchPattern`s, sorted,
+    /// without duplicates; empty: no DNS rules.
+    pub dns: Vec<String>,
 }
 
 /// One object read from the state.
@@ -213,6 +228,8 @@ pub enum Kind {
     Namespace,
     Pod,
     NetworkPolicy,
+    /// Kept with the NetworkPolicies (same map, keys `namespace/cnp:name`).
+    CiliumNetworkPolicy,
 }
 
 impl Object {
@@ -221,6 +238,7 @@ impl Object {
         match self {
             Object::Namespace(n) => (Kind::Namespace, Key::new("", &n.name)),
             Object::Pod(p) => (Kind::Pod, p.key.clone()),
+            Object::Policy(p) if p.cilium => (Kind::CiliumNetworkPolicy, p.key.clone()),
             Object::Policy(p) => (Kind::NetworkPolicy, p.key.clone()),
         }
     }
@@ -262,7 +280,9 @@ impl Cache {
         match kind {
             Kind::Namespace => self.namespaces.remove(&key.name).map(Object::Namespace),
             Kind::Pod => self.pods.remove(key).map(Object::Pod),
-            Kind::NetworkPolicy => self.policies.remove(key).map(Object::Policy),
+            Kind::NetworkPolicy | Kind::CiliumNetworkPolicy => {
+                self.policies.remove(key).map(Object::Policy)
+            }
         }
     }
 
@@ -299,7 +319,7 @@ impl Cache {
     /// policy in namespace `policy_ns`.
     pub fn peer_selects(peer: &Peer, policy_ns: &str, pod: &Pod, ns_labels: &Labels) -> bool {
         match peer {
-            Peer::Block { .. } => false,
+            Peer::Block { .. } | Peer::Selector(_) => false,
             Peer::Pods { namespaces, pods } => {
                 let ns_ok = match namespaces {
                     None => pod.key.namespace == policy_ns,
@@ -457,7 +477,7 @@ fn parse_value(
         source_name: source.to_string(),
     };
     match kind {
-        "List" | "NamespaceList" | "PodList" | "NetworkPolicyList" => {
+        "List" | "NamespaceList" | "PodList" | "NetworkPolicyList" | "CiliumNetworkPolicyList" => {
             if let Some(Value::Array(items)) = map.get("items") {
                 for item in items.clone() {
                     parse_value(item, source, doc, objects, warnings)?;
@@ -489,6 +509,13 @@ fn parse_value(
             objects.push(Object::Policy(np));
             Ok(())
         }
+        "CiliumNetworkPolicy" => {
+            let shown = format!("{namespace}/{name}");
+            let specs = super::cilium::parse(&value, &namespace, &name)
+                .map_err(|(f, d)| invalid("CiliumNetworkPolicy", shown, f, d))?;
+            objects.extend(specs.into_iter().map(Object::Policy));
+            Ok(())
+        }
         "" => Err(PolicyError::Document {
             source_name: source.to_string(),
             doc,
@@ -498,7 +525,7 @@ fn parse_value(
         "UserDefinedNetwork" | "ClusterUserDefinedNetwork" => Ok(()),
         other => {
             warnings.push(format!(
-                "{source}: document {doc}: skipping {other} {}{name} (only Namespace, Pod and NetworkPolicy are read)",
+                "{source}: document {doc}: skipping {other} {}{name} (only Namespace, Pod, NetworkPolicy and CiliumNetworkPolicy are read)",
                 if map.contains_key("metadata") && !text_of("namespace").is_empty() {
                     format!("{namespace}/")
                 } else {
@@ -511,7 +538,7 @@ fn parse_value(
 }
 
 /// Deserializes a Kubernetes object, naming the field that failed.
-fn decode<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, (String, String)> {
+pub(crate) fn decode<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, (String, String)> {
     serde_path_to_error::deserialize(v).map_err(|e| {
         let path = e.path().to_string();
         let field = if path == "." { "(object)".into() } else { path };
@@ -678,9 +705,11 @@ fn policy_of(
     }
     Ok(NetworkPolicy {
         key: Key::new(namespace, name),
+        cilium: false,
         pod_selector,
         ingress: want_in.then_some(ingress),
         egress: want_eg.then_some(egress),
+        dns: Vec::new(),
     })
 }
 

@@ -10,7 +10,10 @@
 //! single permit). Named ports resolve against the destination: the pod itself for
 //! ingress, each peer pod for egress (an egress named port cannot match an ipBlock).
 //! Every rule's `origin` is `namespace/policy`; the trailing deny names every policy
-//! isolating the side.
+//! isolating the side. A CiliumNetworkPolicy's remote-identity peers (`toFQDNs`,
+//! `toCIDR`, `toCIDRSet`) become permits whose `dst_selector` is the selector and whose
+//! `dst` is any: such a rule matches the destinations of that identity only, so it
+//! never turns a side into "permit everything".
 //!
 //! The rules depend on the pod only through the policies applying to it and its named
 //! ports ([`configure_for`]), so pods of one app share them (see [`super::configs`]).
@@ -37,6 +40,9 @@ pub struct PodRules {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Share {
     pub entries: Vec<(Proto, Prefix, PortRange)>,
+    /// Permitted (protocol, remote-identity selector, ports), in rule order; rendered
+    /// after the entries.
+    pub selectors: Vec<(Proto, String, PortRange)>,
     pub permit_all: bool,
 }
 
@@ -62,6 +68,13 @@ impl Side {
             self.share.entries.push((proto, addr, ports));
         }
     }
+
+    /// A destination that is a remote-identity selector: never "everything".
+    fn push_selector(&mut self, selector: &str, proto: Proto, ports: PortRange) {
+        self.share
+            .selectors
+            .push((proto, selector.to_string(), ports));
+    }
 }
 
 /// Merges the shares of the policies applying to a pod (in key order) into one
@@ -74,10 +87,14 @@ fn merge_side<'a>(
 ) -> Vec<Rule> {
     let mut isolating = Vec::new();
     let mut permit_all: Option<&Key> = None;
-    let size = shares.clone().map(|(_, s)| s.entries.len()).sum::<usize>();
+    let size = shares
+        .clone()
+        .map(|(_, s)| s.entries.len() + s.selectors.len())
+        .sum::<usize>();
     let mut rules = Vec::with_capacity(size + 1);
     let mut seen: FxHashSet<(Proto, Prefix, PortRange)> =
         FxHashSet::with_capacity_and_hasher(size, Default::default());
+    let mut seen_selectors: FxHashSet<(Proto, &str, PortRange)> = FxHashSet::default();
     for (pk, share) in shares {
         isolating.push(pk.to_string());
         if permit_all.is_some() {
@@ -100,6 +117,17 @@ fn merge_side<'a>(
             } else {
                 r.dst = addr;
             }
+            r.origin.clone_from(&origin);
+            rules.push(r);
+        }
+        for (proto, selector, ports) in &share.selectors {
+            if !seen_selectors.insert((*proto, selector, *ports)) {
+                continue;
+            }
+            let mut r = Rule::any(Action::Permit);
+            r.proto = *proto;
+            r.dst_port = *ports;
+            r.dst_selector = Some(selector.clone());
             r.origin.clone_from(&origin);
             rules.push(r);
         }
@@ -267,9 +295,35 @@ fn side_rules(
     for block in &rr.blocks {
         addr_rules(side, *block, if egress { None } else { Some(pod) });
     }
+    // Remote identities are not pods: a named port resolves on none of them.
+    for selector in &rr.selectors {
+        match ports {
+            None => side.push_selector(selector, Proto::Any, PortRange::ANY),
+            Some(specs) => {
+                for spec in specs {
+                    if let Some(range) = ports_at(spec, None) {
+                        side.push_selector(selector, proto(spec.proto), range);
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// Whether `ip` belongs to the family of `p` (any matches both).
 pub fn same_family(p: Prefix, ip: IpAddr) -> bool {
     p.is_v4().is_none_or(|v4| v4 == ip.is_ipv4())
+}
+
+/// Whether a rule's destination can be of the family of `ip`: its `dst` prefix's, a
+/// `cidr:` selector's prefix's; an `fqdn:` selector's names have addresses of both.
+pub fn dst_family(r: &Rule, ip: IpAddr) -> bool {
+    match r
+        .dst_selector
+        .as_deref()
+        .and_then(|s| s.strip_prefix("cidr:"))
+    {
+        Some(prefix) => prefix.contains(':') != ip.is_ipv4(),
+        None => same_family(r.dst, ip),
+    }
 }

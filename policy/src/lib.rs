@@ -1,15 +1,18 @@
-//! Kubernetes NetworkPolicy → Ferrule ACL tables, in the layers of Contiv/VPP's policy
-//! plugin: [`cache`] (Namespaces, Pods, NetworkPolicies from YAML/JSON) → [`processor`]
+//! Kubernetes NetworkPolicy and CiliumNetworkPolicy → Ferrule ACL tables, in the
+//! layers of Contiv/VPP's policy plugin: [`cache`] (Namespaces, Pods, NetworkPolicies
+//! from YAML/JSON; CiliumNetworkPolicies through [`cilium`]) → [`processor`]
 //! (selectors resolved, pods a change affects) → [`configurator`] (6-tuple rules per
 //! pod and side) → [`renderer`] (combined local tables, reflective and global tables,
 //! diffs) → the `acl.apply` input. [`Engine`] keeps the layers' state for one node
 //! and re-renders incrementally: [`configs`] shares the configurator's rules between
 //! pods with the same policies and named ports, [`tables`] re-combines only the
 //! (pod, sender) pairs a change touches; [`verdict`] answers "would this connection pass" by
-//! sending packets through the rendered tables with the dataplane's classifier.
-//! See docs/policy.md.
+//! sending packets through the rendered tables with the dataplane's classifier. The
+//! engine also keeps each local pod's DNS policy (its CiliumNetworkPolicies'
+//! `rules.dns`). See docs/policy.md.
 
 pub mod cache;
+pub mod cilium;
 pub mod configs;
 pub mod configurator;
 pub mod processor;
@@ -22,10 +25,10 @@ pub mod verdict;
 use cache::{valid_port_name, Cache, Key, Kind, Object, PORT_ANNOTATION};
 use configs::Configs;
 use configurator::PodRules;
-use ferrule_api::acl::AttachTarget;
+use ferrule_api::acl::{AttachTarget, DnsPolicy};
 use processor::{Affected, Processor};
 use renderer::{Diff, Rendered};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use tables::{PodInput, Tables};
 
@@ -104,6 +107,8 @@ pub struct Engine {
     processor: Processor,
     configs: Configs,
     tables: Tables,
+    /// The DNS policies lag the state (a render failed): recompute every pod's.
+    dns_stale: bool,
 }
 
 impl Engine {
@@ -116,12 +121,13 @@ impl Engine {
             processor,
             configs: Configs::default(),
             tables: Tables::default(),
+            dns_stale: false,
         };
         let all = Affected {
             pods: e.cache.pods.keys().cloned().collect(),
             ..Affected::default()
         };
-        e.rerender(&all)?;
+        e.rerender(&all, &BTreeSet::new())?;
         Ok(e)
     }
 
@@ -140,6 +146,8 @@ impl Engine {
     /// changes stay applied to the cache).
     pub fn apply(&mut self, changes: Vec<Change>) -> Result<Diff, PolicyError> {
         let mut affected = Affected::default();
+        // The policies changed themselves (their DNS rules may have).
+        let mut edited = BTreeSet::new();
         for c in changes {
             let (kind, key, old) = match c {
                 Change::Upsert(o) => {
@@ -151,9 +159,12 @@ impl Engine {
                     (kind, key, old)
                 }
             };
+            if matches!(kind, Kind::NetworkPolicy | Kind::CiliumNetworkPolicy) {
+                edited.insert(key.clone());
+            }
             affected.extend(self.processor.update(&self.cache, kind, &key, old.as_ref()));
         }
-        self.rerender(&affected)
+        self.rerender(&affected, &edited)
     }
 
     /// Replaces the whole state with `objects`, as a list of changes.
@@ -162,8 +173,13 @@ impl Engine {
         self.apply(changes_between(&self.cache, &next))
     }
 
-    /// Re-configures what `affected` names and re-renders the pods that changed.
-    fn rerender(&mut self, affected: &Affected) -> Result<Diff, PolicyError> {
+    /// Re-configures what `affected` names and re-renders the pods that changed;
+    /// `edited`: the policies that were changed themselves.
+    fn rerender(
+        &mut self,
+        affected: &Affected,
+        edited: &BTreeSet<Key>,
+    ) -> Result<Diff, PolicyError> {
         let changed = self
             .configs
             .update(&self.cache, &self.processor, &self.local, affected);
@@ -178,7 +194,78 @@ impl Engine {
             };
             (k, input)
         });
-        self.tables.update(inputs, check_ports)
+        let mut diff = match self.tables.update(inputs, check_ports) {
+            Ok(d) => d,
+            Err(e) => {
+                self.dns_stale = true;
+                return Err(e);
+            }
+        };
+        // DNS policies: those of the pods that changed or whose set of policies did
+        // (`affected.pods`), and of the targets of the policies whose DNS rules may
+        // have changed (edited ones) or that have some (a target's DNS policy is the
+        // union of its policies' rules, whatever their peers resolve to).
+        let mut pods: BTreeSet<Key> = affected.pods.clone();
+        for pk in &affected.policies {
+            let has_dns = self
+                .cache
+                .policies
+                .get(pk)
+                .is_some_and(|p| !p.dns.is_empty());
+            if !has_dns && !edited.contains(pk) {
+                continue;
+            }
+            if let Some(r) = self.processor.resolved.get(pk) {
+                pods.extend(r.targets.iter().cloned());
+            }
+        }
+        if std::mem::take(&mut self.dns_stale) {
+            pods.extend(self.cache.pods.keys().cloned());
+            pods.extend(self.tables.rendered().dns.keys().cloned());
+        }
+        for k in pods {
+            let new = self.dns_policy(&k);
+            let dns = self.tables.dns_mut();
+            if dns.get(&k) == new.as_ref() {
+                continue;
+            }
+            match new {
+                Some(d) => dns.insert(k.clone(), d),
+                None => dns.remove(&k),
+            };
+            diff.dns.push(k);
+        }
+        Ok(diff)
+    }
+
+    /// The DNS policy of pod `k`: when it is local and active, the union of the
+    /// `rules.dns` patterns of the policies applying to it (`*` alone when one of them
+    /// is `*`), attached where its tables are; `None` when there are none.
+    fn dns_policy(&self, k: &Key) -> Option<DnsPolicy> {
+        let pod = self
+            .cache
+            .pods
+            .get(k)
+            .filter(|p| p.is_active() && self.local.holds(p))?;
+        let mut allow: Vec<String> = self
+            .processor
+            .policy_keys_of(k)
+            .iter()
+            .filter_map(|pk| self.cache.policies.get(pk))
+            .flat_map(|p| p.dns.iter().cloned())
+            .collect();
+        if allow.is_empty() {
+            return None;
+        }
+        if allow.iter().any(|p| p == "*") {
+            allow = vec!["*".to_string()];
+        }
+        allow.sort();
+        allow.dedup();
+        Some(DnsPolicy {
+            target: pod.port.clone(),
+            allow,
+        })
     }
 }
 
@@ -237,12 +324,17 @@ pub fn changes_between(old: &Cache, new: &Cache) -> Vec<Change> {
             out.push(Change::Upsert(Object::Policy(p.clone())));
         }
     }
-    for k in old
+    for (k, p) in old
         .policies
-        .keys()
-        .filter(|k| !new.policies.contains_key(*k))
+        .iter()
+        .filter(|(k, _)| !new.policies.contains_key(*k))
     {
-        out.push(Change::Delete(Kind::NetworkPolicy, k.clone()));
+        let kind = if p.cilium {
+            Kind::CiliumNetworkPolicy
+        } else {
+            Kind::NetworkPolicy
+        };
+        out.push(Change::Delete(kind, k.clone()));
     }
     out
 }

@@ -44,6 +44,8 @@ pub struct ResolvedRule {
     pub pods: BTreeMap<Key, Member>,
     /// ipBlock prefixes (after `except`).
     pub blocks: Vec<Prefix>,
+    /// Remote-identity selectors (`fqdn:…`, `cidr:…`), in rule order.
+    pub selectors: Vec<String>,
 }
 
 /// A policy with its selectors resolved.
@@ -223,7 +225,7 @@ impl Processor {
     ) -> Affected {
         let mut affected = Affected::default();
         match kind {
-            Kind::NetworkPolicy => {
+            Kind::NetworkPolicy | Kind::CiliumNetworkPolicy => {
                 affected = self.update_policy(cache, key, &cache.namespace_names());
             }
             Kind::Pod => {
@@ -398,6 +400,7 @@ fn resolve_in(cache: &Cache, p: &NetworkPolicy, ns_names: &[String]) -> Resolved
                 for peer in peers {
                     match peer {
                         Peer::Block { pieces, .. } => rr.blocks.extend(pieces.iter().copied()),
+                        Peer::Selector(s) => rr.selectors.push(s.clone()),
                         Peer::Pods { namespaces, pods } => {
                             let in_ns = |ns: &str| {
                                 cache

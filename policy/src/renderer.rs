@@ -19,10 +19,10 @@
 //! so a table's name changes exactly when its content does.
 
 use super::cache::{Key, Pod, L4};
-use super::configurator::{same_family, PodRules};
+use super::configurator::{dst_family, PodRules};
 use super::subnet::host;
 use ferrule_api::acl::AttachTarget;
-use ferrule_api::acl::{AclApply, AclAttach, AclTable};
+use ferrule_api::acl::{AclApply, AclAttach, AclTable, DnsPolicy};
 use ferrule_dataplane::acl::table::Direction;
 use ferrule_dataplane::acl::{Action, PortRange, Prefix, Proto, Rule};
 use rustc_hash::FxHashSet;
@@ -131,7 +131,8 @@ impl Allowed {
     }
 
     /// What `rules` (first match wins, no match denies; an empty list passes
-    /// everything) let through from `src` to `dst`.
+    /// everything) let through from `src` to `dst`. Rules with a `dst_selector` never
+    /// match (remote identities are not pod addresses).
     pub fn of(rules: &[Rule], src: IpAddr, dst: IpAddr) -> Allowed {
         if rules.is_empty() {
             return Allowed::all();
@@ -145,7 +146,14 @@ impl Allowed {
         let mut allowed = Allowed::none();
         let mut left = Allowed::all();
         for r in rules {
-            if !r.src.matches(src) || !r.dst.matches(dst) || !r.src_port.is_any() {
+            // A rule with a remote-identity selector matches no address here: its
+            // `dst` is any, but it matches only destinations of that identity, and
+            // those are never pods (what this combines).
+            if r.dst_selector.is_some()
+                || !r.src.matches(src)
+                || !r.dst.matches(dst)
+                || !r.src_port.is_any()
+            {
                 continue;
             }
             let range: Ranges = vec![(r.dst_port.lo, r.dst_port.hi)];
@@ -409,7 +417,7 @@ pub fn global_part(ips: &[IpAddr], from_pod: &[Rule]) -> Vec<Rule> {
     let mut out = Vec::new();
     for r in from_pod {
         for &ip in ips {
-            if same_family(r.dst, ip) {
+            if dst_family(r, ip) {
                 let mut g = r.clone();
                 g.src = host(ip);
                 out.push(g);
@@ -457,6 +465,10 @@ pub struct Rendered {
     pub pods: BTreeMap<Key, PodTables>,
     /// The global table's name, if any.
     pub global: Option<String>,
+    /// Per local pod whose CiliumNetworkPolicies have `rules.dns`, its DNS policy
+    /// (target: where its tables attach); [`render`] leaves it empty, the engine
+    /// fills it.
+    pub dns: BTreeMap<Key, DnsPolicy>,
 }
 
 /// FNV-1a: a hasher whose result does not depend on the process (unlike std's).
@@ -528,7 +540,8 @@ pub fn render(pods: &[LocalPod<'_>]) -> Rendered {
 }
 
 impl Rendered {
-    /// The `acl.apply` params: tables in name order, attachments in pod order.
+    /// The `acl.apply` params: tables in name order, attachments and DNS policies in
+    /// pod order.
     pub fn to_apply(&self) -> AclApply {
         let tables = self
             .tables
@@ -557,7 +570,7 @@ impl Rendered {
             tables,
             attach,
             global: self.global.clone(),
-            dns: Vec::new(),
+            dns: self.dns.values().cloned().collect(),
             dry_run: false,
         }
     }
@@ -590,6 +603,12 @@ impl Rendered {
             }
         }
         d.global = self.global != old.global;
+        let keys: BTreeSet<&Key> = self.dns.keys().chain(old.dns.keys()).collect();
+        for k in keys {
+            if self.dns.get(k) != old.dns.get(k) {
+                d.dns.push(k.clone());
+            }
+        }
         d
     }
 }
@@ -604,6 +623,8 @@ pub struct Diff {
     pub pods: Vec<Key>,
     /// Whether the global table was added or removed.
     pub global: bool,
+    /// Pods whose DNS policy changed (or came or went).
+    pub dns: Vec<Key>,
 }
 
 impl Diff {
@@ -614,6 +635,7 @@ impl Diff {
             && self.removed.is_empty()
             && self.pods.is_empty()
             && !self.global
+            && self.dns.is_empty()
     }
 }
 
@@ -626,22 +648,28 @@ impl std::fmt::Display for Diff {
                 v.join(", ")
             }
         };
+        let keys = |v: &[Key]| {
+            if v.is_empty() {
+                "-".to_string()
+            } else {
+                v.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        };
         write!(
             f,
             "tables added {}; changed {}; removed {}; pods re-attached {}",
             list(&self.added),
             list(&self.changed),
             list(&self.removed),
-            if self.pods.is_empty() {
-                "-".to_string()
-            } else {
-                self.pods
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            }
-        )
+            keys(&self.pods)
+        )?;
+        if !self.dns.is_empty() {
+            write!(f, "; DNS policies changed {}", keys(&self.dns))?;
+        }
+        Ok(())
     }
 }
 

@@ -9,13 +9,13 @@
 //! result is exactly [`super::renderer::render`]'s.
 
 use super::cache::Key;
-use super::configurator::same_family;
+use super::configurator::dst_family;
 use super::renderer::{
     assemble, global_part, global_rest, host_of, part, reflect_table, table_name, Diff, Indexed,
     Part, PodTables, Rendered, GLOBAL_TABLE, REFLECT_TABLE,
 };
 use super::PolicyError;
-use ferrule_api::acl::AttachTarget;
+use ferrule_api::acl::{AttachTarget, DnsPolicy};
 use ferrule_dataplane::acl::Rule;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
@@ -154,7 +154,7 @@ fn patch_share(
     let count = |rules: &[Rule]| -> usize {
         rules
             .iter()
-            .map(|r| ips.iter().filter(|ip| same_family(r.dst, **ip)).count())
+            .map(|r| ips.iter().filter(|ip| dst_family(r, **ip)).count())
             .sum()
     };
     let head = count(&old_from[..p]);
@@ -185,6 +185,11 @@ impl Tables {
     /// The current rendering.
     pub fn rendered(&self) -> &Rendered {
         &self.out
+    }
+
+    /// The DNS policies of the current rendering, which the engine keeps.
+    pub fn dns_mut(&mut self) -> &mut BTreeMap<Key, DnsPolicy> {
+        &mut self.out.dns
     }
 
     /// Applies `changes` (per pod its new input, `None`: not a local active pod any

@@ -12,9 +12,17 @@
 //! allowed when its first packet and the reply both pass. Endpoints that are IP
 //! addresses are outside the cluster: reached through the uplink, with no tables
 //! of their own. A pod talking to itself is loopback: allowed.
+//!
+//! Rules whose destination is a remote-identity selector (`fqdn:…`, `cidr:…`: a
+//! CiliumNetworkPolicy's `toFQDNs`, `toCIDR`, `toCIDRSet`) match by the identity the
+//! dataplane learns for an address (from DNS answers, from CIDR policies), which an
+//! offline verdict does not have: they never match here. A connection such a rule
+//! would allow is denied offline; the trace names the selector rules that could
+//! have matched.
 
 use super::cache::{Cache, Key, L4};
 use super::renderer::Rendered;
+use super::subnet;
 use super::{Engine, Local, PolicyError};
 use ferrule_dataplane::acl::table::Table;
 use ferrule_dataplane::acl::{Action, FlowKey};
@@ -82,14 +90,34 @@ impl Node {
         let identities = ferrule_dataplane::acl::identity::Identities::default();
         t.classify(std::slice::from_ref(key), &mut out, &identities);
         let action = t.action(out[0]);
+        let position = (out[0] != ferrule_dataplane::acl::NO_MATCH).then_some(out[0] as usize);
         trace.push(format!(
             "{at}: table {name} rule {}: {action}",
-            if out[0] == ferrule_dataplane::acl::NO_MATCH {
-                "-".to_string()
-            } else {
-                out[0].to_string()
-            }
+            position.map_or_else(|| "-".to_string(), |p| p.to_string())
         ));
+        if action == Action::Deny {
+            // The selector rules before the deciding one that match the rest of the key.
+            let before = position.unwrap_or(t.rules.len());
+            for (i, r) in t.rules[..before].iter().enumerate() {
+                let Some(selector) = r.dst_selector.as_deref() else {
+                    continue;
+                };
+                // A `cidr:` selector selects addresses inside its prefix only.
+                let inside = selector
+                    .strip_prefix("cidr:")
+                    .and_then(|p| subnet::parse_cidr(p).ok())
+                    .is_none_or(|p| p.matches(key.dst_ip()));
+                let mut plain = r.clone();
+                plain.dst_selector = None;
+                if r.action != Action::Deny && inside && plain.matches(key) {
+                    trace.push(format!(
+                        "{at}: table {name} rule {i} ({} to {selector}) is not matched offline: \
+                         the dataplane matches it by the destination's identity",
+                        r.action
+                    ));
+                }
+            }
+        }
         (action != Action::Deny, action == Action::Reflect)
     }
 

@@ -1,5 +1,6 @@
 //! `ferrule-agent`: watches a directory of Kubernetes manifests, renders the node's
-//! NetworkPolicies into ACL tables on every change and pushes them to ferruled.
+//! NetworkPolicies and CiliumNetworkPolicies into ACL tables (and DNS policies) on
+//! every change and pushes them to ferruled.
 
 use clap::Parser;
 use ferrule_api::client::Client;
@@ -18,14 +19,15 @@ use std::time::{Duration, Instant, SystemTime};
 #[command(
     name = "ferrule-agent",
     version,
-    about = "Render a node's Kubernetes NetworkPolicies into Ferrule ACLs and keep ferruled in sync",
+    about = "Render a node's Kubernetes NetworkPolicies and CiliumNetworkPolicies into Ferrule ACLs and keep ferruled in sync",
     long_about = "ferrule-agent watches --state, a directory (or file) of Kubernetes manifests — \
-Namespaces, Pods and NetworkPolicies in YAML or JSON, as `kubectl get -o yaml` writes \
-them — and renders the policies of the pods of --node into ACL tables the way \
-Contiv/VPP's policy renderer does: an egress table per pod (pods with identical rules \
-share one), a reflective table on the ingress of those pods and a global table for \
-the uplinks. It then replaces ferruled's ACL state with one `acl.apply` over the \
-control socket.\n\n\
+Namespaces, Pods, NetworkPolicies and CiliumNetworkPolicies in YAML or JSON, as `kubectl \
+get -o yaml` writes them — and renders the policies of the pods of --node into ACL \
+tables the way Contiv/VPP's policy renderer does: an egress table per pod (pods with \
+identical rules share one), a reflective table on the ingress of those pods and a \
+global table for the uplinks; CiliumNetworkPolicies' toFQDNs/toCIDR peers are rules \
+matched by the destination's identity, and their rules.dns the pods' DNS policies. It \
+then replaces ferruled's ACL state with one `acl.apply` over the control socket.\n\n\
 The directory is checked every --interval-ms milliseconds (by file names, sizes and \
 modification times). On a change the state is read again and re-rendered \
 incrementally: only the pods a change affects are re-computed. Every render logs \
