@@ -1,8 +1,8 @@
 //! `ferrulectl`: its command line (clap), the context every subcommand queries
 //! `ferruled` through, and `version`. Each subcommand group is a module (`route`,
-//! `neigh`, `trace`, `stats`, `port`, `acl`, `ct`, `vpc`, `policy`) with its arguments,
-//! its call and the renderer of its human output; `table` lays out tables and `pcap`
-//! writes `trace dump --pcap` files.
+//! `neigh`, `trace`, `stats`, `port`, `acl`, `ct`, `vpc`, `policy`, `fqdn`) with its
+//! arguments, its call and the renderer of its human output; `table` lays out tables
+//! and `pcap` writes `trace dump --pcap` files.
 //!
 //! Adding a subcommand: a module with its arguments and a `render_*` function, a variant
 //! in [`Command`] (its doc comment is the help text) and a `match` arm in [`run`];
@@ -29,6 +29,7 @@ use ferrule_dataplane::counters::DropReason;
 
 pub mod acl;
 pub mod ct;
+pub mod fqdn;
 pub mod ipam;
 pub mod neigh;
 pub mod network;
@@ -85,6 +86,7 @@ Examples:
   ferrulectl ct dump --proto tcp --state ESTABLISHED
                                             Tracked connections, like conntrack -L
   ferrulectl nat dump                       Masqueraded connections and their ports
+  ferrulectl fqdn cache                     DNS names learned for FQDN policy
   ferrulectl trace start --port uplink0 --count 10
   ferrulectl trace dump --pcap /tmp/t.pcap  Captured packets with their path
   ferrulectl --json stats | jq .totals      Raw reply, for scripts
@@ -236,6 +238,13 @@ count, like `vppctl show errors`.")]
         command: policy::PolicyCommand,
     },
 
+    /// Show the FQDN policy state: DNS cache, identities, selectors, DNS proxy.
+    #[command(long_about = fqdn::FQDN_LONG_ABOUT)]
+    Fqdn {
+        #[command(subcommand)]
+        command: fqdn::FqdnCommand,
+    },
+
     /// Trace a synthetic packet through the pipeline, or capture real ones.
     // Not `args_conflicts_with_subcommands`: it would refuse the global options too
     // (`trace --json dump`). `trace` refuses a subcommand given with the run's options.
@@ -301,6 +310,7 @@ pub fn run(cli: &Cli, out: &mut dyn Write) -> Result<(), CtlError> {
         Command::Policy { ref command } => policy::run(&mut ctx, command),
         Command::Ct { ref command } => ct::run(&mut ctx, command),
         Command::Nat { ref command } => ct::run_nat(&mut ctx, command),
+        Command::Fqdn { ref command } => fqdn::run(&mut ctx, command),
         Command::Trace(ref args) => trace(&mut ctx, args),
     }
 }
