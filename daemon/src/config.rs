@@ -124,6 +124,16 @@ pub struct FqdnSection {
     pub upstream_timeout_ms: u64,
     /// The name cache and identities' checkpoint (default: beside the state file).
     pub checkpoint: Option<PathBuf>,
+    /// Whether `checkpoint` was configured (else it follows the state file, also one
+    /// given with `--state`).
+    pub checkpoint_configured: bool,
+}
+
+/// The FQDN checkpoint beside a state file: `state.json` → `state.json.fqdn`.
+pub fn default_checkpoint(state: &Path) -> PathBuf {
+    let mut name = state.as_os_str().to_owned();
+    name.push(".fqdn");
+    PathBuf::from(name)
 }
 
 impl Default for FqdnSection {
@@ -135,6 +145,7 @@ impl Default for FqdnSection {
             gc_interval_ms: 1000,
             upstream_timeout_ms: 5000,
             checkpoint: None,
+            checkpoint_configured: false,
         }
     }
 }
@@ -537,13 +548,9 @@ impl RawFqdn {
                 }
                 Some(path.clone())
             }
-            // Beside the state file: `state.json` → `state.json.fqdn`.
-            None => state.map(|s| {
-                let mut name = s.as_os_str().to_owned();
-                name.push(".fqdn");
-                PathBuf::from(name)
-            }),
+            None => state.map(default_checkpoint),
         };
+        out.checkpoint_configured = self.checkpoint.is_some();
         Ok(out)
     }
 }

@@ -191,8 +191,8 @@ impl Fqdn {
     pub fn check_policies(&self, policies: &[DnsPolicy]) -> Result<(), String> {
         if !policies.is_empty() && self.section.dns_servers.is_empty() {
             return Err(
-                "dns: ferruled's configuration has no [fqdn] dns_servers, so no DNS query can be \
-                 sent to the proxy"
+                "ferruled's configuration has no [fqdn] dns_servers, so no DNS query can be sent \
+                 to the proxy"
                     .into(),
             );
         }

@@ -116,6 +116,10 @@ fn load_config(args: &Args) -> Result<(Config, String), String> {
             return Err(format!("--state {}: an absolute path", state.display()));
         }
         cfg.state = Some(state.clone());
+        // The FQDN checkpoint goes beside the state file unless configured apart.
+        if !cfg.fqdn.checkpoint_configured {
+            cfg.fqdn.checkpoint = Some(ferrule_daemon::config::default_checkpoint(state));
+        }
     }
     if let Some(prefix) = &args.file_prefix {
         if prefix.is_empty()
