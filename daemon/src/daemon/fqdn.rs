@@ -168,3 +168,98 @@ fn no_fqdn_params(params: &Value) -> Result<(), RpcError> {
         _ => Err(RpcError::invalid_params("params", "fqdn.* takes no params")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{Config, EMBEDDED_DEFAULT};
+    use crate::daemon::NodeState;
+    use serde_json::{json, Value};
+    use std::net::IpAddr;
+
+    fn state() -> NodeState {
+        let text = format!("{EMBEDDED_DEFAULT}\n[fqdn]\ndns_servers = [\"10.96.0.10\"]\n");
+        NodeState::for_tests(&Config::parse(&text, "test").unwrap()).unwrap()
+    }
+
+    fn call(s: &mut NodeState, method: &str, params: Value) -> Result<Value, String> {
+        s.call(method, &params)
+            .expect("a state method")
+            .map_err(|e| e.message)
+    }
+
+    fn trace(s: &mut NodeState, dst: &str) -> Value {
+        call(
+            s,
+            "trace.run",
+            json!({"in_port": "pod-a", "proto": "tcp", "src": "10.1.0.2:40000", "dst": dst}),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_learned_address_passes_the_selector_rule_and_traces_show_its_labels() {
+        let mut s = state();
+        let apply = json!({
+            "tables": [{"name": "a-out", "rules": [
+                {"action": "permit", "proto": "tcp", "dst": "fqdn:*.example.test", "dst_port": 443}
+            ]}],
+            "attach": [{"port": "pod-a", "direction": "ingress", "table": "a-out"}],
+            "dns": [{"port": "pod-a", "allow": ["*.example.test"]}],
+        });
+        call(&mut s, "acl.apply", apply.clone()).unwrap();
+        assert!(
+            s.snapshot().dns.as_ref().unwrap().ports[0],
+            "pod-a's DNS goes to the proxy"
+        );
+        let before = trace(&mut s, "198.51.100.7:443");
+        assert_eq!(before["verdict"]["reason"], "acl-deny", "{before}");
+
+        let ip: IpAddr = "198.51.100.7".parse().unwrap();
+        let changes = s.learn_dns_answer("default/pod-a", "www.example.test", &[(ip, 300)]);
+        assert!(!changes.touches_rules());
+        // Permitted (then held for the router's MAC, which nobody resolves here).
+        let after = trace(&mut s, "198.51.100.7:443");
+        assert_eq!(after["verdict"]["reason"], "no-neighbour", "{after}");
+        let text = after.to_string();
+        assert!(
+            text.contains("rule 0: permit (dst fqdn:*.example.test)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("fqdn:*.example.test,reserved:world"),
+            "{text}"
+        );
+
+        let cache = call(&mut s, "fqdn.cache", Value::Null).unwrap();
+        assert_eq!(cache["names"][0]["name"], "www.example.test");
+        // Same apply again: nothing to recompile, the address stays allowed.
+        call(&mut s, "acl.apply", apply).unwrap();
+        assert_eq!(
+            trace(&mut s, "198.51.100.7:443")["verdict"]["reason"],
+            "no-neighbour"
+        );
+        // A failed apply changes nothing.
+        let bad = json!({"tables": [{"name": "a-out", "rules": [{"action": "permit", "dst": "fqdn:a..b"}]}]});
+        assert!(call(&mut s, "acl.apply", bad)
+            .unwrap_err()
+            .contains("empty label"));
+        assert_eq!(
+            trace(&mut s, "198.51.100.7:443")["verdict"]["reason"],
+            "no-neighbour"
+        );
+        assert!(call(&mut s, "fqdn.cache", json!({"x": 1})).is_err());
+    }
+
+    #[test]
+    fn dns_policies_need_dns_servers() {
+        let cfg = Config::parse(EMBEDDED_DEFAULT, "test").unwrap();
+        let mut s = NodeState::for_tests(&cfg).unwrap();
+        let e = call(
+            &mut s,
+            "acl.apply",
+            json!({"dns": [{"port": "pod-a", "allow": ["*"]}]}),
+        )
+        .unwrap_err();
+        assert!(e.contains("dns_servers"), "{e}");
+    }
+}

@@ -11,7 +11,26 @@ use serde_json::Value;
 impl NodeState {
     pub(super) fn trace_run(&mut self, params: &Value) -> Result<Value, RpcError> {
         let p: TraceRun = parse_params(params)?;
-        to_value(crate::trace::run(&self.snapshot(), &p)?)
+        let mut result = crate::trace::run(&self.snapshot(), &p)?;
+        // The pipeline knows identities by number; the FQDN state knows their labels.
+        for stage in &mut result.stages {
+            let Some(id) = stage
+                .detail
+                .split_once(" has identity ")
+                .and_then(|(_, rest)| rest.split_whitespace().next())
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let labels = self
+                .fqdn
+                .state()
+                .identity_labels(ferrule_fqdn::Identity(id))
+                .map(|l| l.to_string())
+                .unwrap_or_else(|| "reserved:world".into());
+            stage.detail.push_str(&format!(" ({labels})"));
+        }
+        to_value(result)
     }
 
     pub(super) fn trace_start(&mut self, params: &Value) -> Result<Value, RpcError> {
