@@ -36,6 +36,18 @@ pub struct NodeMetrics {
     pub acl: Vec<AclTableCounts>,
     /// `network.list`: every network with its counters.
     pub networks: Vec<api::network::NetworkInfo>,
+    /// FQDN policy: the DNS proxy's and the circuit breaker's counters, and sizes.
+    pub fqdn: FqdnMetrics,
+}
+
+/// What a scrape reports of FQDN policy.
+#[derive(Debug, Clone, Default)]
+pub struct FqdnMetrics {
+    pub proxy: crate::fqdn::ProxyCounters,
+    pub breaker: ferrule_fqdn::Counters,
+    pub names: usize,
+    pub identities: usize,
+    pub pending: usize,
 }
 
 type Labels = Vec<(&'static str, String)>;
@@ -337,6 +349,75 @@ impl NodeMetrics {
                 .map(|t| (vec![("table", t.name.clone())], f(t)))
                 .collect()
         };
+        let p = &self.fqdn.proxy;
+        fam(
+            "ferrule_dns_proxy_queries",
+            "DNS queries the proxy handled, by outcome.",
+            c,
+            [
+                ("punted", p.queries),
+                ("refused", p.refused),
+                ("forwarded", p.forwarded),
+                ("answered", p.answered),
+                ("malformed", p.malformed_queries),
+                ("upstream_timeout", p.upstream_timeouts),
+                ("upstream_error", p.upstream_errors),
+                ("reply_error", p.reply_errors),
+            ]
+            .into_iter()
+            .map(|(o, v)| (vec![("outcome", o.to_string())], v as f64))
+            .collect(),
+        );
+        fam(
+            "ferrule_dns_proxy_malformed_answers",
+            "Upstream datagrams that were not the answer to a waiting query.",
+            c,
+            vec![(vec![], p.malformed_answers as f64)],
+        );
+        fam(
+            "ferrule_fqdn_addresses_learned",
+            "Addresses of DNS answers given to the name manager.",
+            c,
+            vec![(vec![], p.addresses_learned as f64)],
+        );
+        let b = &self.fqdn.breaker;
+        fam(
+            "ferrule_fqdn_breaker_refusals",
+            "What the FQDN circuit breaker refused, by what.",
+            c,
+            vec![
+                (
+                    vec![("what", "ips_refused_over_limit".into())],
+                    b.ips_refused_over_limit as f64,
+                ),
+                (
+                    vec![("what", "ips_evicted_over_limit".into())],
+                    b.ips_evicted_over_limit as f64,
+                ),
+                (
+                    vec![("what", "identities_refused".into())],
+                    b.identities_refused as f64,
+                ),
+            ],
+        );
+        fam(
+            "ferrule_fqdn_names",
+            "Names in the FQDN name cache.",
+            g,
+            vec![(vec![], self.fqdn.names as f64)],
+        );
+        fam(
+            "ferrule_fqdn_identities",
+            "Local identities in use.",
+            g,
+            vec![(vec![], self.fqdn.identities as f64)],
+        );
+        fam(
+            "ferrule_dns_proxy_pending",
+            "DNS queries waiting for the upstream server.",
+            g,
+            vec![(vec![], self.fqdn.pending as f64)],
+        );
         fam(
             "ferrule_acl_rules",
             "Rules of an ACL table.",
@@ -404,6 +485,10 @@ mod tests {
                 matched: 5,
                 no_match: 1,
             }],
+            fqdn: FqdnMetrics {
+                names: 4,
+                ..Default::default()
+            },
             ..NodeMetrics::default()
         };
         let text = render(m);
@@ -416,6 +501,11 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("ferrule_acl_generation 3"), "{text}");
+        assert!(text.contains("ferrule_fqdn_names 4"), "{text}");
+        assert!(
+            text.contains("ferrule_dns_proxy_queries_total{outcome=\"refused\"} 0"),
+            "{text}"
+        );
         assert!(text.contains("ferrule_build_info{version="), "{text}");
     }
 }

@@ -457,6 +457,16 @@ impl FqdnState {
         self.finish(b)
     }
 
+    /// Names in the name cache.
+    pub fn name_count(&self) -> usize {
+        self.names.len()
+    }
+
+    /// Local identities in use.
+    pub fn identity_count(&self) -> usize {
+        self.identities.len()
+    }
+
     /// The addresses whose TTL ran out at `now`: what `gc` asks the connection tracker
     /// about.
     pub fn expired(&self, now: Timestamp) -> BTreeSet<IpAddr> {

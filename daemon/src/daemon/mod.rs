@@ -747,6 +747,13 @@ impl Daemon {
                 .and_then(|v| serde_json::from_value::<api::network::NetworkList>(v).ok())
                 .map(|l| l.networks)
                 .unwrap_or_default(),
+            fqdn: crate::metrics::FqdnMetrics {
+                proxy: self.state.fqdn.counters,
+                breaker: self.state.fqdn.state().counters(),
+                names: self.state.fqdn.state().name_count(),
+                identities: self.state.fqdn.state().identity_count(),
+                pending: self.state.fqdn.pending(),
+            },
         }
     }
 

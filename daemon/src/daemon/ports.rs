@@ -398,6 +398,16 @@ impl Daemon {
         }
         self.state.shared.set_jobs(jobs);
         self.state.shared.set_link(index, false);
+        // The names its pod looked up expire now (kept while a connection uses them).
+        let endpoint = self
+            .state
+            .acl
+            .ports()
+            .get(index)
+            .map(|p| p.pod.clone().unwrap_or_else(|| format!("port/{}", p.name)));
+        if let Some(endpoint) = endpoint {
+            self.state.fqdn.endpoint_removed(&endpoint);
+        }
         self.state.fib.remove_port(index as u16);
         // Its attachments wait for the port (or the pod) to come back.
         self.sync_acl_ports();
