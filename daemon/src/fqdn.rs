@@ -861,7 +861,7 @@ mod tests {
             allow: vec!["*".into()],
         };
         assert!(f
-            .check_policies(&[p.clone()])
+            .check_policies(std::slice::from_ref(&p))
             .unwrap_err()
             .contains("dns_servers"));
         let mut f = proxy("127.0.0.1:9".parse().unwrap());
