@@ -560,7 +560,8 @@ fn with_pod_permit(snap: &Snapshot, selector: Option<&str>, dsts: &[u32]) -> Sna
         let mut rng = StdRng::seed_from_u64(SEED ^ 0xf9d);
         let mut map = IdentityMap::default();
         for &d in dsts {
-            map.set(IpAddr::V4(Ipv4Addr::from(d)), 32, ID).expect("host prefix");
+            map.set(IpAddr::V4(Ipv4Addr::from(d)), 32, ID)
+                .expect("host prefix");
         }
         while map.len() < 100_000 {
             let id = if map.len() % 100 == 0 { ID + 1 } else { ID };

@@ -147,7 +147,10 @@ fn main() {
     }
     println!(
         "{} names x {} addresses learned in {:.2} s; identities in use: {}",
-        args.names, args.ips, out["fill_s"].as_f64().unwrap_or(0.0), out["identities"]
+        args.names,
+        args.ips,
+        out["fill_s"].as_f64().unwrap_or(0.0),
+        out["identities"]
     );
     let a = &out["answer_to_rule_in_force"];
     println!(
