@@ -911,3 +911,142 @@ fn a_crash_keeps_identities_and_connections_from_the_checkpoint() {
     let status = d.terminate();
     assert!(status.success(), "{}", d.log_text());
 }
+
+/// The cluster as `ferrule-agent` reads it: pod-a (app=a) and pod-b (app=b) of node
+/// n1 with the addresses configs/ferrule.toml gives their ports, and a
+/// CiliumNetworkPolicy letting app=a reach `*.example.test` on TCP 8080 and send DNS
+/// to the cluster DNS address, looking up `*.example.test` only.
+const CLUSTER: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: default}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: pod-a, namespace: default, labels: {app: a}}
+spec: {nodeName: n1, containers: [{name: c}]}
+status: {phase: Running, podIP: 10.1.0.2}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: pod-b, namespace: default, labels: {app: b}}
+spec: {nodeName: n1, containers: [{name: c}]}
+status: {phase: Running, podIP: 10.1.0.3}
+---
+apiVersion: cilium.io/v2
+kind: CiliumNetworkPolicy
+metadata: {name: a-to-example, namespace: default}
+spec:
+  endpointSelector: {matchLabels: {app: a}}
+  egress:
+    - toFQDNs: [{matchPattern: "*.example.test"}]
+      toPorts: [{ports: [{port: "8080", protocol: TCP}]}]
+    - toCIDR: ["10.96.0.10/32"]
+      toPorts:
+        - ports: [{port: "53", protocol: UDP}]
+          rules:
+            dns: [{matchPattern: "*.example.test"}]
+"#;
+
+/// Runs `ferrule-agent --once` for node n1 over the manifests in `state` against `d`:
+/// whether it succeeded, and its output.
+fn run_agent_once(state: &Path, d: &Ferruled) -> (bool, String) {
+    let o = Command::new(ferrule_e2e::agent_bin())
+        .args(["--state", state.to_str().expect("path"), "--node", "n1"])
+        .arg("--socket")
+        .arg(&d.socket)
+        .arg("--once")
+        .stdin(Stdio::null())
+        .output()
+        .expect("ferrule-agent");
+    (o.status.success(), text(&o))
+}
+
+#[test]
+fn cilium_network_policy_through_the_agent() {
+    let env = Env::up("g", ALL_ADDRS, HOSTS, 30);
+    let mut d = env.ferruled("fg", "", "");
+    let state = env.dir.path().join("cluster");
+    std::fs::create_dir(&state).expect("mkdir");
+    std::fs::write(state.join("cluster.yaml"), CLUSTER).expect("write manifests");
+    let (ok, agent) = run_agent_once(&state, &d);
+    let dump = || text(&d.ctl(&["--json", "acl", "dump"]));
+    assert!(ok, "ferrule-agent --once:\n{agent}\n{}", d.log_text());
+    let diag = || {
+        format!(
+            "--- agent ---\n{agent}\n--- acl dump ---\n{}\n{}",
+            dump(),
+            env.diagnostics(&d)
+        )
+    };
+
+    // The FQDN rule's selector is in force, the pod's DNS goes through the proxy.
+    let fqdn_ids = selected(&d, "fqdn:*.example.test");
+    assert_eq!(fqdn_ids.len(), 1, "{}", diag());
+    let rendered = dump();
+    assert!(
+        rendered.contains("*.example.test") && rendered.contains("cnp:a-to-example"),
+        "{}",
+        diag()
+    );
+
+    // Nothing resolved yet: the server is denied.
+    let denied = acl_denied(&d);
+    env.expect_reach(&d, &[("203.0.113.11:8080", false)]);
+    assert!(acl_denied(&d) > denied, "{}", diag());
+
+    // a.example.test resolves through the proxy; b.other.test is outside the
+    // policy's rules.dns (dnsmasq knows it): REFUSED, and never sent upstream.
+    let r = env.resolve("pa", &["a.example.test", "b.other.test"]);
+    assert_eq!(
+        (r[0].0.as_str(), r[0].1.as_slice()),
+        ("NOERROR", &["203.0.113.11".to_string()][..]),
+        "{r:?}\n{}",
+        diag()
+    );
+    assert_eq!(
+        (r[1].0.as_str(), r[1].1.len()),
+        ("REFUSED", 0),
+        "{r:?}\n{}",
+        diag()
+    );
+    let sel = rpc(&d, "fqdn.selectors");
+    assert_eq!(sel["proxy"]["refused"], 1, "{sel:#}");
+    assert_eq!(sel["proxy"]["answered"], 1, "{sel:#}");
+    assert!(
+        !env.dns.log_text().contains("b.other.test"),
+        "a refused name never reaches upstream:\n{}",
+        env.dns.log_text()
+    );
+    assert_eq!(
+        cached(&d, "a.example.test"),
+        [("203.0.113.11".to_string(), Some(fqdn_ids[0]))],
+        "{}",
+        diag()
+    );
+
+    let denied = acl_denied(&d);
+    env.expect_reach(
+        &d,
+        &[
+            ("203.0.113.11:8080", true),  // resolved, selected
+            ("203.0.113.12:8080", false), // the same server, never resolved
+            ("203.0.113.21:8080", false), // refused, never learned
+            ("203.0.113.11:9090", false), // resolved, but another port
+        ],
+    );
+    assert!(
+        acl_denied(&d) >= denied + 3,
+        "each denied connection counted as acl-deny\n{}",
+        diag()
+    );
+
+    // pod-b is selected by no policy: its DNS is not proxied.
+    let queries = proxy(&d, "queries");
+    let r = env.resolve("pb", &["a.example.test"]);
+    assert_eq!(r[0].0, "TIMEOUT", "pod-b's query is not proxied: {r:?}");
+    assert_eq!(proxy(&d, "queries"), queries);
+
+    let status = d.terminate();
+    assert!(status.success(), "{}", d.log_text());
+}
