@@ -546,8 +546,17 @@ const ALL_ADDRS: &[&str] = &[
     "203.0.113.31",
 ];
 
+/// The tests of this file one at a time: each runs a ferruled with busy-polling workers
+/// and timing-sensitive checks (TTLs of seconds); two side by side on a 2-core machine
+/// would starve each other.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[test]
 fn resolved_names_are_allowed_and_nothing_else() {
+    let _serial = serial();
     let env = Env::up("q", ALL_ADDRS, HOSTS, 30);
     let mut d = env.ferruled("fq", "", "");
     env.apply(&d, POLICY);
@@ -665,6 +674,7 @@ fn resolved_names_are_allowed_and_nothing_else() {
 
 #[test]
 fn an_expired_address_stays_while_used_and_goes_once_unused() {
+    let _serial = serial();
     let env = Env::up("t", ALL_ADDRS, HOSTS, 2);
     let mut d = env.ferruled("ft", "min_ttl = 1\ngc_interval_ms = 200\n", "");
     env.apply(&d, POLICY);
@@ -713,6 +723,7 @@ fn an_expired_address_stays_while_used_and_goes_once_unused() {
 
 #[test]
 fn a_name_of_a_thousand_rotating_addresses_stays_within_two_identities() {
+    let _serial = serial();
     let env = Env::up("b", &["203.0.113.11", "198.18.49.20"], HOSTS, 300);
     let mut d = env.ferruled("fb", "", "");
     env.apply(&d, POLICY);
@@ -789,6 +800,7 @@ dns:
 
 #[test]
 fn fqdn_and_cidr_selectors_overlap_by_labels_and_allow_the_union() {
+    let _serial = serial();
     let env = Env::up(
         "o",
         &["203.0.113.11", "203.0.113.12", "198.51.100.7"],
@@ -847,6 +859,7 @@ fn fqdn_and_cidr_selectors_overlap_by_labels_and_allow_the_union() {
 
 #[test]
 fn a_crash_keeps_identities_and_connections_from_the_checkpoint() {
+    let _serial = serial();
     let env = Env::up("k", ALL_ADDRS, HOSTS, 300);
     let state = env.dir.path().join("lib/state.json");
     let sections = format!("[state]\npath = \"{}\"\n", state.display());
@@ -964,6 +977,7 @@ fn run_agent_once(state: &Path, d: &Ferruled) -> (bool, String) {
 
 #[test]
 fn cilium_network_policy_through_the_agent() {
+    let _serial = serial();
     let env = Env::up("g", ALL_ADDRS, HOSTS, 30);
     let mut d = env.ferruled("fg", "", "");
     let state = env.dir.path().join("cluster");
