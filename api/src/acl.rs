@@ -87,7 +87,8 @@ pub fn invalid(path: &str, table: Option<&str>, rule: Option<usize>, detail: Str
     e
 }
 
-fn type_name(v: &Value) -> &'static str {
+/// How an error names a JSON value's type: `a string`, `a list`, `a map`, ….
+pub fn type_name(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -147,7 +148,8 @@ fn unknown_keys(map: &Map<String, Value>, allowed: &[&str], path: &str) -> Resul
     }
 }
 
-fn join(path: &str, key: &str) -> String {
+/// `path.key` (just `key` at the top): a field path as errors name it.
+pub fn join(path: &str, key: &str) -> String {
     if path.is_empty() {
         key.to_string()
     } else {

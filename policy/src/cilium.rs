@@ -27,6 +27,7 @@ use super::cache::NAME_LABEL;
 use super::cache::{decode, Key, NetworkPolicy, Peer, PolicyRule, PortRef, PortSpec, L4};
 use super::selector::{Labels, Requirement, Selector};
 use super::subnet;
+use ferrule_api::acl::{join, type_name};
 use ferrule_dataplane::acl::{PortRange, Prefix};
 use ferrule_fqdn::{FqdnSelector, Selector as RemoteSelector};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -54,25 +55,6 @@ pub fn key(namespace: &str, name: &str, spec: Option<usize>) -> Key {
     match spec {
         None => Key::new(namespace, &format!("{KEY_PREFIX}{name}")),
         Some(i) => Key::new(namespace, &format!("{KEY_PREFIX}{name}:specs[{i}]")),
-    }
-}
-
-fn join(at: &str, field: &str) -> String {
-    if at.is_empty() {
-        field.to_string()
-    } else {
-        format!("{at}.{field}")
-    }
-}
-
-fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "a map",
     }
 }
 
