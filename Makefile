@@ -4,7 +4,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all setup build demo test lint no-dpdk install-cni bench fuzz wire-fixtures clean
+.PHONY: all setup build demo test lint feature-check no-dpdk install-cni bench fuzz wire-fixtures clean
 
 all: build
 
@@ -17,11 +17,16 @@ build: setup
 demo: build
 	@scripts/demo.sh
 
-lint: setup
+lint: setup feature-check
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	# The parser's fuzz target (its own workspace): CI builds it; run it with `make fuzz`.
 	$(CARGO) build --manifest-path dataplane/fuzz/Cargo.toml
+
+# `cargo build` and `cargo test` resolve the same features for every shared dependency,
+# so the tests reuse the binaries' build instead of compiling the graph again.
+feature-check:
+	@CARGO=$(CARGO) scripts/feature-check.sh
 
 # ferrulectl, ferrule-policy (with ferrule-agent), ferrule-cni, ferrule-networks, ferrule-fqdn
 # and ferrule-api build with no DPDK development files visible, and none of them depends on

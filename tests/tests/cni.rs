@@ -191,12 +191,17 @@ fn run_plugin(
         .stderr(Stdio::piped())
         .spawn()
         .expect("run the CNI plugin");
-    child
+    // A plugin may exit without reading its configuration (VERSION, an early error):
+    // like libcni, a closed pipe is not an error of the call.
+    match child
         .stdin
         .take()
         .unwrap()
         .write_all(conf.to_string().as_bytes())
-        .unwrap();
+    {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => panic!("write stdin: {e}"),
+        _ => {}
+    }
     let out = child.wait_with_output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     let value = if text.trim().is_empty() {
