@@ -16,7 +16,7 @@ set -euo pipefail
 PAGES="${FERRULE_HUGEPAGES:-1024}"
 PACKAGES=(dpdk dpdk-dev libdpdk-dev libclang-dev pkg-config iproute2 procps iputils-ping python3 ethtool tshark
     containerd runc containernetworking-plugins busybox-static python3-prometheus-client python3-venv
-    dnsmasq-base)
+    dnsmasq-base bind9-dnsutils)
 HP_SYS=/sys/kernel/mm/hugepages/hugepages-2048kB
 HP_MNT=/dev/hugepages
 

@@ -91,7 +91,8 @@ and the names it may look up), the DNS servers whose queries go to the proxy ([f
 dns_servers), and the DNS proxy's counters since ferruled started: queries punted to
 it, refused (answered REFUSED), forwarded upstream, answered, addresses_learned,
 malformed_queries, malformed_answers, upstream_timeouts, upstream_errors, reply_errors,
-and the queries pending an upstream answer now.")]
+tcp_connections (DNS-over-TCP connections accepted), tcp_refused (reset at the
+connection limit), and the queries pending an upstream answer now.")]
     Selectors,
 }
 
@@ -333,6 +334,12 @@ pub struct ProxyCounters {
     pub upstream_timeouts: u64,
     pub upstream_errors: u64,
     pub reply_errors: u64,
+    /// DNS-over-TCP connections accepted, and reset at the connection limit (absent
+    /// from daemons without DNS over TCP).
+    #[serde(default)]
+    pub tcp_connections: u64,
+    #[serde(default)]
+    pub tcp_refused: u64,
     /// Counters this ferrulectl does not know (printed after the others).
     #[serde(flatten)]
     pub other: Map<String, Value>,
@@ -486,6 +493,8 @@ pub fn render_selectors(r: &FqdnSelectors) -> String {
         ("upstream_timeouts", p.upstream_timeouts),
         ("upstream_errors", p.upstream_errors),
         ("reply_errors", p.reply_errors),
+        ("tcp_connections", p.tcp_connections),
+        ("tcp_refused", p.tcp_refused),
     ];
     known.push(("pending", r.pending));
     out.push_str(&counters_table("PROXY", &known, &p.other).to_string());

@@ -369,6 +369,15 @@ impl NodeMetrics {
             .collect(),
         );
         fam(
+            "ferrule_dns_proxy_tcp_connections",
+            "DNS-over-TCP connections from pods, by outcome (refused: the connection limit was reached).",
+            c,
+            [("accepted", p.tcp_connections), ("refused", p.tcp_refused)]
+                .into_iter()
+                .map(|(o, v)| (vec![("outcome", o.to_string())], v as f64))
+                .collect(),
+        );
+        fam(
             "ferrule_dns_proxy_malformed_answers",
             "Upstream datagrams that were not the answer to a waiting query.",
             c,
@@ -504,6 +513,10 @@ mod tests {
         assert!(text.contains("ferrule_fqdn_names 4"), "{text}");
         assert!(
             text.contains("ferrule_dns_proxy_queries_total{outcome=\"refused\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("ferrule_dns_proxy_tcp_connections_total{outcome=\"accepted\"} 0"),
             "{text}"
         );
         assert!(text.contains("ferrule_build_info{version="), "{text}");

@@ -78,9 +78,6 @@ drop_reasons! {
     PuntFull => "punt-full", "control-thread queue full";
     /// Denied by an ACL rule, or matched no rule of an attached ACL table.
     AclDeny => "acl-deny", "denied by an ACL";
-    /// DNS over TCP from a port under DNS policy to a DNS service address: the DNS
-    /// proxy answers UDP only.
-    DnsTcp => "dns-tcp", "DNS over TCP from a pod under DNS policy";
     /// Not valid in its connection's state (e.g. a TCP RST outside the window).
     CtInvalid => "ct-invalid", "invalid in its connection's state";
     /// A new connection found the connection table (or its zone's share) full.

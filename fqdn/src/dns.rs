@@ -137,6 +137,17 @@ pub fn parse_response(bytes: &[u8]) -> Result<DnsAnswer, DnsError> {
 
 /// The REFUSED response to a query: same id, opcode, question and RD bit, no records.
 pub fn refused_response(query: &[u8]) -> Result<Vec<u8>, DnsError> {
+    error_response(query, ResponseCode::Refused)
+}
+
+/// The SERVFAIL response to a query (upstream did not answer), built as
+/// [`refused_response`].
+pub fn servfail_response(query: &[u8]) -> Result<Vec<u8>, DnsError> {
+    error_response(query, ResponseCode::ServFail)
+}
+
+/// The response with `rcode` to a query: same id, opcode, question and RD bit.
+fn error_response(query: &[u8], rcode: ResponseCode) -> Result<Vec<u8>, DnsError> {
     let q = decode(query)?;
     if q.message_type() != MessageType::Query {
         return Err(DnsError::WrongType {
@@ -144,7 +155,7 @@ pub fn refused_response(query: &[u8]) -> Result<Vec<u8>, DnsError> {
             got: kind(q.message_type()),
         });
     }
-    let mut r = Message::error_msg(q.id(), q.op_code(), ResponseCode::Refused);
+    let mut r = Message::error_msg(q.id(), q.op_code(), rcode);
     for question in q.queries() {
         r.add_query(question.clone());
     }
@@ -299,5 +310,8 @@ mod tests {
             refused_response(CAPTURED).is_err(),
             "a response is not answered"
         );
+        let s = Message::from_vec(&servfail_response(&bytes).unwrap()).unwrap();
+        assert_eq!((s.id(), s.response_code()), (7, ResponseCode::ServFail));
+        assert_eq!(s.queries(), q.queries());
     }
 }

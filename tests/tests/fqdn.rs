@@ -247,6 +247,13 @@ impl Drop for Dnsmasq {
     }
 }
 
+/// What `dig` printed: the answer's status, its A records (sorted), the whole text.
+struct Dig {
+    status: String,
+    addrs: Vec<String>,
+    text: String,
+}
+
 /// One test's world: the topology, dnsmasq, the echo server on the router (TCP 8080
 /// and 9090 on every router address) and a directory for files. Dropped in field order:
 /// the server and dnsmasq before the namespaces go.
@@ -345,6 +352,36 @@ impl Env {
                 (w[1].to_string(), ips, w[3].parse().expect("ttl"))
             })
             .collect()
+    }
+
+    /// `dig @DNS_SERVER ARGS` in pod `pod` (Debian's dig: a real resolver client,
+    /// which asks again over TCP when a UDP answer comes truncated).
+    fn dig(&self, pod: &str, args: &[&str]) -> Dig {
+        let server = format!("@{DNS_SERVER}");
+        let mut argv = vec!["dig", server.as_str(), "+time=3", "+tries=1"];
+        argv.extend_from_slice(args);
+        let o = self.topo.run(pod, &argv);
+        let text = text(&o);
+        let status = text
+            .split("status: ")
+            .nth(1)
+            .and_then(|t| t.split(',').next())
+            .unwrap_or("NO-ANSWER")
+            .to_string();
+        let mut addrs: Vec<String> = text
+            .lines()
+            .filter(|l| !l.starts_with(';'))
+            .filter_map(|l| match l.split_whitespace().collect::<Vec<_>>()[..] {
+                [_, _, "IN", "A", addr] => Some(addr.to_string()),
+                _ => None,
+            })
+            .collect();
+        addrs.sort();
+        Dig {
+            status,
+            addrs,
+            text,
+        }
     }
 
     /// Resolves one name that must answer NOERROR with exactly `want`.
@@ -649,16 +686,6 @@ fn resolved_names_are_allowed_and_nothing_else() {
         diag()
     );
 
-    // DNS over TCP would go around the proxy: the table allows it, the DNS stage
-    // drops it.
-    let dns_tcp = drops(&d.ctl_json(&["stats"]), "dns-tcp");
-    env.expect_reach(&d, &[("10.96.0.10:53", false)]);
-    assert!(
-        drops(&d.ctl_json(&["stats"]), "dns-tcp") > dns_tcp,
-        "{}",
-        diag()
-    );
-
     // pod-b is under no DNS policy and no table: its query is not proxied.
     let queries = proxy(&d, "queries");
     let r = env.resolve("pb", &["c.blocked.test"]);
@@ -667,6 +694,77 @@ fn resolved_names_are_allowed_and_nothing_else() {
         "pod-b's DNS is routed, and nobody serves 10.96.0.10: {r:?}"
     );
     assert_eq!(proxy(&d, "queries"), queries);
+
+    let status = d.terminate();
+    assert!(status.success(), "{}", d.log_text());
+}
+
+#[test]
+fn dns_over_tcp_goes_through_the_proxy_too() {
+    let _serial = serial();
+    // big.example.test has more addresses than a UDP answer holds.
+    let big: Vec<String> = (1..=120).map(|i| format!("198.51.100.{i}")).collect();
+    let hosts: String = big
+        .iter()
+        .map(|ip| format!("{ip} big.example.test\n"))
+        .collect();
+    let env = Env::up(
+        "u",
+        &["203.0.113.11", "198.51.100.7"],
+        &format!("{HOSTS}{hosts}"),
+        30,
+    );
+    let mut d = env.ferruled("fu", "", "");
+    env.apply(&d, POLICY);
+    let fqdn_ids = selected(&d, "fqdn:*.example.test");
+    let diag = || env.diagnostics(&d);
+
+    // dig asks over UDP, gets the answer truncated, and asks again over TCP: the
+    // whole answer comes through the proxy, every address learned before it.
+    env.expect_reach(&d, &[("198.51.100.7:8080", false)]);
+    let r = env.dig("pa", &["big.example.test"]);
+    assert!(
+        r.text.contains("Truncated, retrying in TCP mode"),
+        "{}\n{}",
+        r.text,
+        diag()
+    );
+    let mut want = big.clone();
+    want.sort();
+    assert_eq!(
+        (r.status.as_str(), &r.addrs),
+        ("NOERROR", &want),
+        "{}",
+        r.text
+    );
+    let learned = cached(&d, "big.example.test");
+    assert_eq!(learned.len(), 120, "{}", diag());
+    assert!(
+        learned.iter().all(|(_, id)| *id == Some(fqdn_ids[0])),
+        "{learned:?}"
+    );
+    env.expect_reach(&d, &[("198.51.100.7:8080", true)]);
+
+    // Over TCP from the start: an allowed name answers, a refused one gets REFUSED
+    // and never reaches upstream.
+    let r = env.dig("pa", &["+tcp", "a.example.test"]);
+    assert_eq!(
+        (r.status.as_str(), &r.addrs[..]),
+        ("NOERROR", &["203.0.113.11".to_string()][..]),
+        "{}",
+        r.text
+    );
+    let r = env.dig("pa", &["+tcp", "c.blocked.test"]);
+    assert_eq!(r.status, "REFUSED", "{}", r.text);
+    assert!(
+        !env.dns.log_text().contains("c.blocked.test"),
+        "{}",
+        env.dns.log_text()
+    );
+    assert_eq!(proxy(&d, "tcp_connections"), 3, "{}", diag());
+    assert_eq!(proxy(&d, "refused"), 1);
+    assert_eq!(proxy(&d, "tcp_refused"), 0);
+    env.expect_reach(&d, &[("203.0.113.11:8080", true)]);
 
     let status = d.terminate();
     assert!(status.success(), "{}", d.log_text());

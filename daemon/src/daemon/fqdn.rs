@@ -1,5 +1,5 @@
-//! The control thread's side of FQDN policy: DNS queries punted by the workers go to
-//! the proxy ([`crate::fqdn`]), its answers and garbage collections are published
+//! The control thread's side of FQDN policy: DNS queries (UDP datagrams and TCP
+//! segments) punted by the workers go to the proxy ([`crate::fqdn`]), its answers and garbage collections are published
 //! (identity map, recompiled tables) before the answers are handed to the pods, and
 //! `fqdn.*` answers from its state.
 
@@ -73,7 +73,7 @@ impl NodeState {
             .on_query(mbuf.as_ref(), in_port, network, &acl_port)
         {
             QueryOutcome::Forwarded => {}
-            QueryOutcome::Reply(r) => self.send_proxy_replies(vec![r], pool),
+            QueryOutcome::Reply(r) => self.send_proxy_replies(r, pool),
             QueryOutcome::Dropped => {
                 self.control_counters
                     .drop_packets(DropReason::Malformed, index, 1)
@@ -102,10 +102,12 @@ impl NodeState {
     /// pods), and when due the garbage collection and the checkpoint.
     pub(super) fn fqdn_tick(&mut self, pool: &Mempool) {
         let now = Instant::now();
-        let (replies, changes) = self.fqdn.poll_upstream(now);
+        let answers = self.fqdn.poll_upstream(now);
         // The addresses are in force before the pod has the answer.
-        self.publish_fqdn_changes(&changes);
-        self.send_proxy_replies(replies, pool);
+        self.publish_fqdn_changes(&answers.changes);
+        self.send_proxy_replies(answers.udp, pool);
+        let segments = self.fqdn.release_tcp(answers.tcp);
+        self.send_proxy_replies(segments, pool);
         if let Some(expired) = self.fqdn.gc_due(now) {
             let in_use = self.addresses_in_use(expired);
             let changes = self.fqdn.gc(&in_use);
@@ -155,7 +157,7 @@ impl NodeState {
             "selectors": fqdn.state().selectors_view(),
             "dns": fqdn.policies(),
             "dns_servers": fqdn.section().dns_servers,
-            "proxy": fqdn.counters,
+            "proxy": fqdn.proxy_counters(),
             "pending": fqdn.pending(),
         }))
     }

@@ -748,7 +748,7 @@ impl Daemon {
                 .map(|l| l.networks)
                 .unwrap_or_default(),
             fqdn: crate::metrics::FqdnMetrics {
-                proxy: self.state.fqdn.counters,
+                proxy: self.state.fqdn.proxy_counters(),
                 breaker: self.state.fqdn.state().counters(),
                 names: self.state.fqdn.state().name_count(),
                 identities: self.state.fqdn.state().identity_count(),

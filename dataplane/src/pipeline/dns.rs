@@ -1,13 +1,10 @@
-//! The DNS stage, after the ingress ACL: a DNS query from a port under DNS policy
-//! (`acl.apply`'s `dns` section) to one of the node's DNS service addresses is handed
-//! to the control thread's DNS proxy ([`Punt::Dns`]) instead of being routed. UDP only:
-//! a TCP connection to port 53 of those addresses from such a port is dropped
-//! (`dns-tcp`), so that a pod cannot look up a refused name over TCP; resolvers retry
-//! over TCP only for answers too large for UDP.
+//! The DNS stage, after the ingress ACL: DNS traffic from a port under DNS policy
+//! (`acl.apply`'s `dns` section) to port 53 of one of the node's DNS service addresses
+//! — UDP queries and every TCP segment — is handed to the control thread's DNS proxy
+//! ([`Punt::Dns`]) instead of being routed, so that no name is looked up around it.
 
 use super::burst::Burst;
 use super::{trace, Action, Frames, Punt, Stage, Tracer};
-use crate::counters::DropReason;
 use crate::wire::IpProtocol;
 
 /// The DNS port.
@@ -32,23 +29,20 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
     for k in 0..b.n_ok {
         let i = usize::from(s.ok[k]);
         let key = &s.parsed[i].key;
-        let to_server = key.dst_port == DNS_PORT && dns.servers.contains(&key.dst_ip());
-        if to_server && key.proto == IpProtocol::UDP.0 {
+        let dns_proto = key.proto == IpProtocol::UDP.0 || key.proto == IpProtocol::TCP.0;
+        if dns_proto && key.dst_port == DNS_PORT && dns.servers.contains(&key.dst_ip()) {
             trace!(
                 b.t,
                 Stage::Dns,
-                "DNS query to {}: to the DNS proxy",
+                "DNS {} to {}: to the DNS proxy",
+                if key.proto == IpProtocol::UDP.0 {
+                    "query"
+                } else {
+                    "over TCP"
+                },
                 key.dst_ip()
             );
             b.actions[i] = Action::Punt(Punt::Dns);
-        } else if to_server && key.proto == IpProtocol::TCP.0 {
-            trace!(
-                b.t,
-                Stage::Dns,
-                "DNS over TCP to {}: not proxied, dropped",
-                key.dst_ip()
-            );
-            b.actions[i] = Action::Drop(DropReason::DnsTcp);
         } else {
             s.ok[kept] = i as u16;
             kept += 1;
@@ -119,7 +113,7 @@ mod tests {
             b.s.ok[..b.n_ok].to_vec()
         });
         assert_eq!(actions[0], Action::Punt(Punt::Dns));
-        assert_eq!(actions[2], Action::Drop(DropReason::DnsTcp));
+        assert_eq!(actions[2], Action::Punt(Punt::Dns));
         assert_eq!(ok, [1, 3]);
     }
 

@@ -51,8 +51,8 @@ pub enum Punt {
     /// The next hop `ip` on `port` has no resolved MAC yet: hold the packet while the
     /// control thread resolves it, then send it.
     Resolve { network: u16, ip: IpAddr, port: u16 },
-    /// A DNS query (UDP) from a port under DNS policy to a DNS service address: for
-    /// the DNS proxy ([`dns`]).
+    /// DNS (a UDP query or a TCP segment) from a port under DNS policy to a DNS
+    /// service address: for the DNS proxy ([`dns`]).
     Dns,
 }
 

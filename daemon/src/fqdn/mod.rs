@@ -2,11 +2,16 @@
 //! selectors — `docs/fqdn.md`), the IP → identity map the workers read, the ports under
 //! DNS policy, and the DNS proxy: queries the pipeline punts (`pipeline::dns`) are
 //! checked against the port's allowed names (a refused name gets `REFUSED`), forwarded
-//! upstream from the control thread's own UDP socket, and their answers learned —
-//! published to the workers — before they are handed back to the pod.
+//! upstream — UDP from the control thread's own UDP socket, TCP through the userspace
+//! endpoint of [`tcp`] and a TCP connection upstream — and their answers learned
+//! (published to the workers) before they are handed back to the pod.
 //!
 //! Needs no EAL: the caller gives frames and gets frames back; [`crate::daemon`]
 //! moves them through the punt and inject queues.
+
+pub mod tcp;
+#[cfg(test)]
+mod tests_tcp;
 
 use crate::acl::AclPort;
 use crate::config::FqdnSection;
@@ -62,6 +67,10 @@ pub struct ProxyCounters {
     pub upstream_errors: u64,
     /// Answers or refusals that could not be handed back (no buffer, queue full).
     pub reply_errors: u64,
+    /// DNS-over-TCP connections from pods accepted.
+    pub tcp_connections: u64,
+    /// DNS-over-TCP connections reset because `tcp::MAX_CONNECTIONS` were open.
+    pub tcp_refused: u64,
 }
 
 /// A query sent upstream, waiting for its answer.
@@ -93,10 +102,31 @@ pub struct ProxyReply {
 pub enum QueryOutcome {
     /// Sent upstream; the answer comes through [`Fqdn::poll_upstream`].
     Forwarded,
-    /// Answered at once (REFUSED).
-    Reply(ProxyReply),
+    /// Frames to send at once: a refusal, or the TCP endpoint's segments.
+    Reply(Vec<ProxyReply>),
     /// Not handled (counted).
     Dropped,
+}
+
+/// What [`Fqdn::poll_upstream`] gave: the changes the answers made, to put in force
+/// before the answers go to the pods.
+#[derive(Debug, Default)]
+pub struct Answers {
+    /// Frames for pods (UDP answers).
+    pub udp: Vec<ProxyReply>,
+    /// DNS-over-TCP answers, for [`Fqdn::release_tcp`].
+    pub tcp: Vec<(tcp::ConnId, Vec<u8>)>,
+    pub changes: Changes,
+}
+
+/// How the proxy takes a query.
+enum Screen {
+    /// Not a DNS query (counted).
+    Malformed,
+    /// A name the port may not look up: the REFUSED answer (counted).
+    Refused(Vec<u8>),
+    /// Goes upstream.
+    Allowed(dns::DnsQuestion),
 }
 
 /// The FQDN policy state of the daemon.
@@ -113,6 +143,8 @@ pub struct Fqdn {
     pending: HashMap<u16, PendingQuery>,
     next_id: u16,
     pub counters: ProxyCounters,
+    /// The DNS-over-TCP endpoint.
+    tcp: tcp::DnsTcp,
     last_gc: Instant,
     /// The state changed since the last checkpoint.
     dirty: bool,
@@ -166,6 +198,7 @@ impl Fqdn {
             pending: HashMap::new(),
             next_id: 1,
             counters: ProxyCounters::default(),
+            tcp: tcp::DnsTcp::new(),
             last_gc: Instant::now(),
             dirty: false,
         }
@@ -292,7 +325,7 @@ impl Fqdn {
     }
 
     /// Handles a punted query from port `index` (`acl_port`, in `network`): refused, or
-    /// forwarded upstream.
+    /// forwarded upstream; a TCP segment goes to the TCP endpoint.
     pub fn on_query(
         &mut self,
         frame: &[u8],
@@ -300,34 +333,37 @@ impl Fqdn {
         network: u16,
         acl_port: &AclPort,
     ) -> QueryOutcome {
-        self.counters.queries += 1;
-        let Some((q, payload)) = read_query(frame, network) else {
-            self.counters.malformed_queries += 1;
-            return QueryOutcome::Dropped;
-        };
-        let Ok(question) = dns::parse_query(payload) else {
-            self.counters.malformed_queries += 1;
-            return QueryOutcome::Dropped;
-        };
-        let Some(policy) = self.policy_of(acl_port) else {
-            // The policy went away while the query was queued: the name is not allowed.
-            return self.refuse(index, &q, payload);
-        };
-        let allowed = policy.allow.iter().any(|pattern| {
-            FqdnSelector::match_pattern(pattern).is_ok_and(|s| s.matches(&question.name))
-        });
-        if !allowed {
-            tracing::debug!(name = %question.name, port = %acl_port.name, "DNS name refused by the port's DNS policy");
-            return self.refuse(index, &q, payload);
+        let parsed = pipeline::parse(frame, network).ok();
+        if let Some(p) = parsed.filter(|p| p.key.proto == IpProtocol::TCP.0) {
+            let now = Instant::now();
+            if !self.tcp.ingest(frame, &p, index, network, acl_port, now) {
+                return QueryOutcome::Dropped;
+            }
+            return QueryOutcome::Reply(self.service_tcp(now));
         }
+        self.counters.queries += 1;
+        let Some((q, payload)) = parsed.as_ref().and_then(|p| read_query(frame, p)) else {
+            self.counters.malformed_queries += 1;
+            return QueryOutcome::Dropped;
+        };
+        let question = match self.screen(acl_port, payload) {
+            Screen::Malformed => return QueryOutcome::Dropped,
+            Screen::Refused(answer) => {
+                return match reply_frame(&q, &answer) {
+                    Some(frame) => QueryOutcome::Reply(vec![ProxyReply { port: index, frame }]),
+                    None => {
+                        self.counters.reply_errors += 1;
+                        QueryOutcome::Dropped
+                    }
+                };
+            }
+            Screen::Allowed(question) => question,
+        };
         if self.pending.len() >= MAX_PENDING {
             self.counters.upstream_errors += 1;
             return QueryOutcome::Dropped;
         }
-        let upstream = self
-            .section
-            .upstream
-            .unwrap_or(SocketAddr::new(q.server_ip, DNS_PORT));
+        let upstream = self.upstream_for(q.server_ip);
         let id = self.take_id();
         let Some(socket) = self.socket_for(upstream) else {
             self.counters.upstream_errors += 1;
@@ -341,15 +377,11 @@ impl Fqdn {
             return QueryOutcome::Dropped;
         }
         self.counters.forwarded += 1;
-        let endpoint = acl_port
-            .pod
-            .clone()
-            .unwrap_or_else(|| format!("port/{}", acl_port.name));
         self.pending.insert(
             id,
             PendingQuery {
                 port: index,
-                endpoint,
+                endpoint: endpoint_of(acl_port),
                 name: question.name,
                 client_id: question.id,
                 pod_mac: q.pod_mac,
@@ -364,21 +396,105 @@ impl Fqdn {
         QueryOutcome::Forwarded
     }
 
-    fn refuse(&mut self, index: u16, q: &QueryFrame, payload: &[u8]) -> QueryOutcome {
+    /// Where a query to the DNS service address `server` goes: `[fqdn] upstream`, or
+    /// the service address itself.
+    fn upstream_for(&self, server: IpAddr) -> SocketAddr {
+        self.section
+            .upstream
+            .unwrap_or(SocketAddr::new(server, DNS_PORT))
+    }
+
+    /// Checks a query (`payload`) from `acl_port` against its DNS policy.
+    fn screen(&mut self, acl_port: &AclPort, payload: &[u8]) -> Screen {
+        let Ok(question) = dns::parse_query(payload) else {
+            self.counters.malformed_queries += 1;
+            return Screen::Malformed;
+        };
+        // No policy: it went away while the query was queued; the name is not allowed.
+        let allowed = self.policy_of(acl_port).is_some_and(|policy| {
+            policy.allow.iter().any(|pattern| {
+                FqdnSelector::match_pattern(pattern).is_ok_and(|s| s.matches(&question.name))
+            })
+        });
+        if allowed {
+            return Screen::Allowed(question);
+        }
+        tracing::debug!(name = %question.name, port = %acl_port.name, "DNS name refused by the port's DNS policy");
         self.counters.refused += 1;
         match dns::refused_response(payload) {
-            Ok(answer) => match reply_frame(q, &answer) {
-                Some(frame) => QueryOutcome::Reply(ProxyReply { port: index, frame }),
-                None => {
-                    self.counters.reply_errors += 1;
-                    QueryOutcome::Dropped
-                }
-            },
+            Ok(answer) => Screen::Refused(answer),
             Err(_) => {
                 self.counters.malformed_queries += 1;
-                QueryOutcome::Dropped
+                Screen::Malformed
             }
         }
+    }
+
+    /// Runs the TCP endpoint: screens the queries it has read (refused ones are
+    /// answered, allowed ones go upstream) and returns the segments for the pods.
+    fn service_tcp(&mut self, now: Instant) -> Vec<ProxyReply> {
+        let mut frames = Vec::new();
+        // A few rounds: answering a refused query can let the next one be read.
+        for _ in 0..4 {
+            let (out, queries) = self.tcp.poll(now);
+            frames.extend(out);
+            if queries.is_empty() {
+                break;
+            }
+            for q in queries {
+                self.tcp_query(q, now);
+            }
+        }
+        frames
+    }
+
+    fn tcp_query(&mut self, q: tcp::TcpQuery, now: Instant) {
+        self.counters.queries += 1;
+        let question = match self.screen(&q.port, &q.message) {
+            Screen::Malformed => return self.tcp.reset(q.conn),
+            Screen::Refused(answer) => return self.tcp.respond(q.conn, &answer),
+            Screen::Allowed(question) => question,
+        };
+        let forward = tcp::Forward {
+            upstream: self.upstream_for(q.server),
+            endpoint: endpoint_of(&q.port),
+            name: question.name,
+            query: q.message,
+        };
+        let upstream = forward.upstream;
+        let servfail = dns::servfail_response(&forward.query).unwrap_or_default();
+        match self.tcp.forward(q.conn, forward, now) {
+            Ok(()) => self.counters.forwarded += 1,
+            Err(e) => {
+                tracing::debug!(%upstream, error = %e, "cannot open a DNS-over-TCP connection upstream");
+                self.counters.upstream_errors += 1;
+                self.tcp.respond(q.conn, &servfail);
+            }
+        }
+    }
+
+    /// Hands the TCP answers of [`Fqdn::poll_upstream`] to their connections, once
+    /// their changes are in force, and runs the TCP endpoint (its timers too): the
+    /// segments for the pods.
+    pub fn release_tcp(&mut self, answers: Vec<(tcp::ConnId, Vec<u8>)>) -> Vec<ProxyReply> {
+        for (conn, message) in answers {
+            self.counters.answered += 1;
+            self.tcp.respond(conn, &message);
+        }
+        self.service_tcp(Instant::now())
+    }
+
+    /// The proxy's counters, the TCP endpoint's included.
+    pub fn proxy_counters(&self) -> ProxyCounters {
+        let t = self.tcp.events;
+        let mut c = self.counters;
+        c.malformed_queries += t.malformed;
+        c.upstream_errors += t.upstream_errors;
+        c.upstream_timeouts += t.upstream_timeouts;
+        c.reply_errors += t.reply_errors;
+        c.tcp_connections = t.accepted;
+        c.tcp_refused = t.refused;
+        c
     }
 
     fn take_id(&mut self) -> u16 {
@@ -414,10 +530,11 @@ impl Fqdn {
         self.socket.as_ref()
     }
 
-    /// Reads every answer upstream has sent, learns their addresses, and returns the
-    /// frames for the pods together with the changes to publish before they are sent.
-    /// Queries waiting longer than the timeout are dropped (counted).
-    pub fn poll_upstream(&mut self, now: Instant) -> (Vec<ProxyReply>, Changes) {
+    /// Reads every answer upstream has sent (UDP and TCP), learns their addresses, and
+    /// returns the answers for the pods together with the changes to publish before
+    /// they are sent. UDP queries waiting longer than the timeout are dropped (counted:
+    /// the pod asks again); TCP ones are answered SERVFAIL.
+    pub fn poll_upstream(&mut self, now: Instant) -> Answers {
         let mut replies = Vec::new();
         let mut all = Changes::default();
         let mut buf = [0u8; MAX_DNS_MESSAGE];
@@ -481,7 +598,28 @@ impl Fqdn {
         self.pending
             .retain(|_, p| now.duration_since(p.sent) < timeout);
         self.counters.upstream_timeouts += (before - self.pending.len()) as u64;
-        (replies, all)
+        let mut tcp = Vec::new();
+        for a in self.tcp.poll_upstream(now, timeout) {
+            match dns::parse_response(&a.message) {
+                Ok(answer) if answer.name == a.name => {
+                    if !answer.records.is_empty() {
+                        let changes = self.learn(&a.endpoint, &answer.name, &answer.records);
+                        merge(&mut all, changes);
+                    }
+                    tcp.push((a.conn, a.message));
+                }
+                _ => {
+                    self.counters.malformed_answers += 1;
+                    let servfail = dns::servfail_response(&a.query).unwrap_or_default();
+                    tcp.push((a.conn, servfail));
+                }
+            }
+        }
+        Answers {
+            udp: replies,
+            tcp,
+            changes: all,
+        }
     }
 
     /// Gives an answer's addresses (`name` looked up by `endpoint`) to the name manager
@@ -533,9 +671,9 @@ impl Fqdn {
         }
     }
 
-    /// Queries waiting for upstream.
+    /// Queries waiting for upstream (UDP and TCP).
     pub fn pending(&self) -> usize {
-        self.pending.len()
+        self.pending.len() + self.tcp.pending()
     }
 
     /// The DNS policies in force.
@@ -577,9 +715,16 @@ struct QueryFrame {
     pod_port: u16,
 }
 
+/// Who asked, as the name manager records owners: the pod (`namespace/name`) or the
+/// port (`port/<name>`).
+fn endpoint_of(port: &AclPort) -> String {
+    port.pod
+        .clone()
+        .unwrap_or_else(|| format!("port/{}", port.name))
+}
+
 /// A punted frame's addressing and its UDP payload (the DNS message).
-fn read_query(frame: &[u8], network: u16) -> Option<(QueryFrame, &[u8])> {
-    let parsed = pipeline::parse(frame, network).ok()?;
+fn read_query<'a>(frame: &'a [u8], parsed: &pipeline::Parsed) -> Option<(QueryFrame, &'a [u8])> {
     let key = parsed.key;
     if key.proto != IpProtocol::UDP.0 || parsed.l4_offset == 0 || parsed.later_fragment {
         return None;
@@ -631,13 +776,13 @@ mod tests {
     use ferrule_api::PortRole;
     use ferrule_dataplane::wire::EthernetAddress;
 
-    const POD_MAC: EthernetAddress = EthernetAddress([2, 0, 0, 0, 1, 2]);
-    const PORT_MAC: EthernetAddress = EthernetAddress([2, 0xfe, 0, 0, 0, 0xa]);
-    const POD_IP: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 2);
-    const DNS: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 10);
+    pub(super) const POD_MAC: EthernetAddress = EthernetAddress([2, 0, 0, 0, 1, 2]);
+    pub(super) const PORT_MAC: EthernetAddress = EthernetAddress([2, 0xfe, 0, 0, 0, 0xa]);
+    pub(super) const POD_IP: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 2);
+    pub(super) const DNS: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 10);
 
     /// A DNS query for `name` (type A), id `id`.
-    fn query(id: u16, name: &str) -> Vec<u8> {
+    pub(super) fn query(id: u16, name: &str) -> Vec<u8> {
         let mut q = id.to_be_bytes().to_vec();
         q.extend_from_slice(&[1, 0, 0, 1, 0, 0, 0, 0, 0, 0]);
         for label in name.split('.') {
@@ -649,7 +794,7 @@ mod tests {
     }
 
     /// The upstream server's answer to `q`: one A record `ip` with `ttl`.
-    fn answer(q: &[u8], ip: Ipv4Addr, ttl: u32) -> Vec<u8> {
+    pub(super) fn answer(q: &[u8], ip: Ipv4Addr, ttl: u32) -> Vec<u8> {
         let mut a = q.to_vec();
         a[2] = 0x81;
         a[3] = 0x80;
@@ -680,7 +825,7 @@ mod tests {
         .unwrap()
     }
 
-    fn pod_port() -> AclPort {
+    pub(super) fn pod_port() -> AclPort {
         AclPort {
             name: "pod-a".into(),
             role: PortRole::Pod,
@@ -691,7 +836,7 @@ mod tests {
 
     /// The proxy with `*.example.test` in force and port pod-a allowed `*.example.test`,
     /// forwarding to `upstream`.
-    fn proxy(upstream: SocketAddr) -> Fqdn {
+    pub(super) fn proxy(upstream: SocketAddr) -> Fqdn {
         let section = FqdnSection {
             dns_servers: vec![IpAddr::V4(DNS)],
             upstream: Some(upstream),
@@ -774,9 +919,9 @@ mod tests {
 
         let deadline = Instant::now() + Duration::from_secs(5);
         let (replies, changes) = loop {
-            let (r, c) = f.poll_upstream(Instant::now());
-            if !r.is_empty() {
-                break (r, c);
+            let a = f.poll_upstream(Instant::now());
+            if !a.udp.is_empty() {
+                break (a.udp, a.changes);
             }
             assert!(Instant::now() < deadline, "no answer");
             std::thread::sleep(Duration::from_millis(10));
@@ -817,7 +962,7 @@ mod tests {
         let mut f = proxy(upstream.local_addr().unwrap());
         match f.on_query(&frame(&query(7, "b.other.test")), 3, 0, &pod_port()) {
             QueryOutcome::Reply(r) => {
-                let msg = payload_to_pod(&r.frame);
+                let msg = payload_to_pod(&r[0].frame);
                 assert_eq!(&msg[..2], &[0, 7]);
                 assert_eq!(msg[3] & 0x0f, 5, "REFUSED");
             }
@@ -848,8 +993,8 @@ mod tests {
             f.on_query(&frame(&query(1, "a.example.test")), 3, 0, &pod_port()),
             QueryOutcome::Forwarded
         ));
-        let (r, _) = f.poll_upstream(Instant::now() + Duration::from_millis(50));
-        assert!(r.is_empty());
+        let a = f.poll_upstream(Instant::now() + Duration::from_millis(50));
+        assert!(a.udp.is_empty() && a.tcp.is_empty());
         assert_eq!((f.pending(), f.counters.upstream_timeouts), (0, 1));
     }
 
