@@ -65,7 +65,8 @@ fn selectors() -> Value {
         "dns_servers": ["10.96.0.10", "fd00:96::a"],
         "proxy": {"queries": 12, "refused": 2, "forwarded": 10, "answered": 9,
                   "addresses_learned": 14, "malformed_queries": 0, "malformed_answers": 0,
-                  "upstream_timeouts": 1, "upstream_errors": 0, "reply_errors": 0},
+                  "upstream_timeouts": 1, "upstream_errors": 0, "reply_errors": 0,
+                  "tcp_connections": 3, "tcp_refused": 1},
         "pending": 0
     })
 }
@@ -194,6 +195,8 @@ malformed_answers      0
 upstream_timeouts      1
 upstream_errors        0
 reply_errors           0
+tcp_connections        3
+tcp_refused            1
 pending                0
 "
     );
