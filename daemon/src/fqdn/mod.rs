@@ -145,6 +145,8 @@ pub struct Fqdn {
     pub counters: ProxyCounters,
     /// The DNS-over-TCP endpoint.
     tcp: tcp::DnsTcp,
+    /// Rate of the circuit breaker's warnings.
+    breaker_log: WarnLimiter,
     last_gc: Instant,
     /// The state changed since the last checkpoint.
     dirty: bool,
@@ -199,6 +201,7 @@ impl Fqdn {
             next_id: 1,
             counters: ProxyCounters::default(),
             tcp: tcp::DnsTcp::new(),
+            breaker_log: WarnLimiter::default(),
             last_gc: Instant::now(),
             dirty: false,
         }
@@ -281,7 +284,14 @@ impl Fqdn {
             let _ = self.map.remove(p.addr(), p.prefix_len());
         }
         for r in &changes.refused {
-            tracing::warn!(refusal = ?r, "FQDN circuit breaker");
+            // An abusive name can make thousands a second: one warning per interval,
+            // saying how many were not logged; all are counted (`fqdn identities`).
+            match self.breaker_log.admit(Instant::now()) {
+                Some(suppressed) => {
+                    tracing::warn!(refusal = ?r, suppressed, "FQDN circuit breaker")
+                }
+                None => tracing::debug!(refusal = ?r, "FQDN circuit breaker"),
+            }
         }
         if !changes.is_empty() {
             self.dirty = true;
@@ -682,6 +692,34 @@ impl Fqdn {
     }
 }
 
+/// At most one circuit-breaker warning per this interval; the others are logged at debug
+/// level and their number given with the next warning.
+const BREAKER_WARN_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Lets one warning through per [`BREAKER_WARN_INTERVAL`].
+#[derive(Debug, Default)]
+struct WarnLimiter {
+    last: Option<Instant>,
+    /// Warnings held back since the last one let through.
+    suppressed: u64,
+}
+
+impl WarnLimiter {
+    /// `Some(held back since the last)` when a warning may be logged now.
+    fn admit(&mut self, now: Instant) -> Option<u64> {
+        match self.last {
+            Some(t) if now.saturating_duration_since(t) < BREAKER_WARN_INTERVAL => {
+                self.suppressed += 1;
+                None
+            }
+            _ => {
+                self.last = Some(now);
+                Some(std::mem::take(&mut self.suppressed))
+            }
+        }
+    }
+}
+
 /// Adds `b`'s changes to `a` (later changes win).
 fn merge(a: &mut Changes, b: Changes) {
     for (id, labels) in b.identities_added {
@@ -982,6 +1020,18 @@ mod tests {
         assert_eq!(f.counters.refused, 2);
         assert_eq!(f.counters.malformed_queries, 1);
         assert_eq!(f.counters.forwarded, 0);
+    }
+
+    #[test]
+    fn circuit_breaker_warnings_are_one_per_interval() {
+        let mut l = WarnLimiter::default();
+        let t = Instant::now();
+        assert_eq!(l.admit(t), Some(0));
+        for i in 1..=1000 {
+            assert_eq!(l.admit(t + Duration::from_millis(i)), None);
+        }
+        assert_eq!(l.admit(t + BREAKER_WARN_INTERVAL), Some(1000));
+        assert_eq!(l.admit(t + BREAKER_WARN_INTERVAL), None);
     }
 
     #[test]
