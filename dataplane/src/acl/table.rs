@@ -41,6 +41,9 @@ struct SelectorRules {
     classifier: Compiled,
     /// The table's rule index of each identity rule.
     rule_of: Vec<u32>,
+    /// The first table rule index among them ([`NO_MATCH`]: none): a packet whose
+    /// address match comes before it needs no identity lookup.
+    first_identity_rule: u32,
     /// The table's rule index of each rule of the address classifier.
     address_rule_of: Vec<u32>,
     /// How many identity rules each selector rule became, by table rule index.
@@ -119,6 +122,7 @@ impl Table {
             sets.sort();
             let selectors = SelectorRules {
                 classifier: Compiled::new(&identity)?,
+                first_identity_rule: rule_of.iter().copied().min().unwrap_or(NO_MATCH),
                 rule_of,
                 address_rule_of,
                 expanded,
@@ -225,28 +229,37 @@ impl Table {
 
 impl SelectorRules {
     /// `out` holds the address classifier's results; maps them to table rule indexes
-    /// and takes the identity classifier's earlier matches.
+    /// and takes the identity classifier's earlier matches. Only packets whose address
+    /// match (if any) comes after the first identity rule are looked up by identity.
     fn classify(&self, keys: &[FlowKey], out: &mut [u32], identities: &Identities) {
         let mut id_keys = [FlowKey::default(); SELECTOR_BURST];
         let mut id_out = [NO_MATCH; SELECTOR_BURST];
+        let mut at = [0usize; SELECTOR_BURST];
         for (keys, out) in keys
             .chunks(SELECTOR_BURST)
             .zip(out.chunks_mut(SELECTOR_BURST))
         {
-            let n = keys.len();
-            for (k, key) in id_keys.iter_mut().zip(keys) {
-                *k = identity_key(key, identities.dst_identity(key));
-            }
-            self.classifier
-                .classify_batch(&id_keys[..n], &mut id_out[..n]);
-            for (o, &i) in out.iter_mut().zip(&id_out[..n]) {
-                let a = self
+            let mut n = 0;
+            for (j, (key, o)) in keys.iter().zip(out.iter_mut()).enumerate() {
+                *o = self
                     .address_rule_of
                     .get(*o as usize)
                     .copied()
                     .unwrap_or(NO_MATCH);
+                if *o > self.first_identity_rule {
+                    id_keys[n] = identity_key(key, identities.dst_identity(key));
+                    at[n] = j;
+                    n += 1;
+                }
+            }
+            if n == 0 {
+                continue;
+            }
+            self.classifier
+                .classify_batch(&id_keys[..n], &mut id_out[..n]);
+            for (&j, &i) in at[..n].iter().zip(&id_out[..n]) {
                 let b = self.rule_of.get(i as usize).copied().unwrap_or(NO_MATCH);
-                *o = a.min(b);
+                out[j] = out[j].min(b);
             }
         }
     }
