@@ -47,7 +47,7 @@ install-cni: build
 # end-to-end tests that start ferruled and ferrulectl, and the demo itself.
 test: lint no-dpdk
 	$(CARGO) build --workspace --bins
-	$(CARGO) test --workspace --no-fail-fast
+	FERRULE_E2E_PREBUILT=1 $(CARGO) test --workspace --no-fail-fast
 	@PROFILE=debug scripts/demo.sh
 
 # Benchmarks (not tests): the cross-connect rate against dpdk-testpmd, then the LPM and

@@ -7,6 +7,7 @@
 
 pub mod acl;
 pub mod client;
+pub mod fqdn;
 pub mod ipam;
 pub mod network;
 pub mod rpc;

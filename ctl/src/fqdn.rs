@@ -12,6 +12,7 @@ use super::{CtlError, Ctx};
 use crate::table::Table;
 use clap::Subcommand;
 use ferrule_api::client::ClientError;
+use ferrule_api::fqdn::ProxyCounters;
 use ferrule_api::fqdn_method;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
@@ -287,7 +288,7 @@ pub struct FqdnSelectors {
     pub dns: Vec<DnsPolicyRow>,
     /// `[fqdn] dns_servers`.
     pub dns_servers: Vec<String>,
-    pub proxy: ProxyCounters,
+    pub proxy: ProxyView,
     /// Queries waiting for an upstream answer.
     pub pending: u64,
 }
@@ -321,25 +322,11 @@ impl DnsPolicyRow {
     }
 }
 
-/// The DNS proxy's counters.
+/// The DNS proxy's counters, and those this ferrulectl does not know.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct ProxyCounters {
-    pub queries: u64,
-    pub refused: u64,
-    pub forwarded: u64,
-    pub answered: u64,
-    pub addresses_learned: u64,
-    pub malformed_queries: u64,
-    pub malformed_answers: u64,
-    pub upstream_timeouts: u64,
-    pub upstream_errors: u64,
-    pub reply_errors: u64,
-    /// DNS-over-TCP connections accepted, and reset at the connection limit (absent
-    /// from daemons without DNS over TCP).
-    #[serde(default)]
-    pub tcp_connections: u64,
-    #[serde(default)]
-    pub tcp_refused: u64,
+pub struct ProxyView {
+    #[serde(flatten)]
+    pub counters: ProxyCounters,
     /// Counters this ferrulectl does not know (printed after the others).
     #[serde(flatten)]
     pub other: Map<String, Value>,
@@ -350,7 +337,7 @@ impl Reply for FqdnSelectors {
         bad_item::<SelectorRow>(v, "selectors")
             .or_else(|| bad_item::<DnsPolicyRow>(v, "dns"))
             .or_else(|| bad_field::<Vec<String>>(v, "dns_servers"))
-            .or_else(|| bad_field::<ProxyCounters>(v, "proxy"))
+            .or_else(|| bad_field::<ProxyView>(v, "proxy"))
     }
 }
 
@@ -481,7 +468,7 @@ pub fn render_selectors(r: &FqdnSelectors) -> String {
             r.dns_servers.join(", ")
         }
     ));
-    let p = &r.proxy;
+    let p = &r.proxy.counters;
     let mut known = vec![
         ("queries", p.queries),
         ("refused", p.refused),
@@ -497,6 +484,6 @@ pub fn render_selectors(r: &FqdnSelectors) -> String {
         ("tcp_refused", p.tcp_refused),
     ];
     known.push(("pending", r.pending));
-    out.push_str(&counters_table("PROXY", &known, &p.other).to_string());
+    out.push_str(&counters_table("PROXY", &known, &r.proxy.other).to_string());
     out
 }

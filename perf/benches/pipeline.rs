@@ -387,11 +387,19 @@ fn bench(c: &mut Criterion) {
     // (`fqdn:*.bench.test`, a 100,000-address identity map holding every frame's
     // destination), against the same table permitting by address (any) in the same
     // run: the difference is the identity lookup and the second classifier.
-    let acl1_snap = with_pod_permit(&pod_snap, None, &[]);
-    let fqdn_snap = with_pod_permit(&pod_snap, Some("fqdn:*.bench.test"), &addrs[..ARENA]);
+    // A third case puts an address rule permitting UDP before the selector rule:
+    // every frame matches it, and none needs the identity lookup.
+    let acl1_snap = with_pod_permit(&pod_snap, None, &[], false);
+    let fqdn_snap = with_pod_permit(&pod_snap, Some("fqdn:*.bench.test"), &addrs[..ARENA], false);
+    let fqdn_after_snap =
+        with_pod_permit(&pod_snap, Some("fqdn:*.bench.test"), &addrs[..ARENA], true);
     for (name, s) in [
         ("ferrule_pipeline_pod_acl1_burst32", &acl1_snap),
         ("ferrule_pipeline_pod_fqdn_burst32", &fqdn_snap),
+        (
+            "ferrule_pipeline_pod_fqdn_after_udp_burst32",
+            &fqdn_after_snap,
+        ),
     ] {
         for chunk in frames.chunks(BURST).take(64) {
             let mut a = chunk.to_vec();
@@ -530,22 +538,34 @@ fn with_ingress_acl(snap: &Snapshot, rng: &mut StdRng, rules: usize) -> Snapshot
     out
 }
 
-/// `snap` with one ingress table on port 0: a deny of TCP port 22, then a permit of
-/// everything to `selector` (or to anything without one). With a selector, the
+/// `snap` with one ingress table on port 0: a deny of TCP port 22, with `udp_first` a
+/// permit of UDP by address, then a permit of everything to `selector` (or to anything
+/// without one). With a selector, the
 /// identity map holds each of `dsts` and 99,000 other random addresses (10,000 names ×
 /// 10 addresses) under the one identity the selector selects, and 1,000 more under
 /// another.
-fn with_pod_permit(snap: &Snapshot, selector: Option<&str>, dsts: &[u32]) -> Snapshot {
+fn with_pod_permit(
+    snap: &Snapshot,
+    selector: Option<&str>,
+    dsts: &[u32],
+    udp_first: bool,
+) -> Snapshot {
     const ID: u32 = (1 << 24) + 1;
     let mut ssh = Rule::any(AclAction::Deny);
     ssh.proto = Proto::TCP;
     ssh.dst_port = PortRange::single(22);
     let mut permit = Rule::any(AclAction::Permit);
     permit.dst_selector = selector.map(str::to_string);
-    let table = Table::compile_with("bench".into(), vec![ssh, permit], vec![0, 1], 2, &|_| {
-        vec![ID]
-    })
-    .expect("compile");
+    let mut rules = vec![ssh];
+    if udp_first {
+        let mut udp = Rule::any(AclAction::Permit);
+        udp.proto = Proto::UDP;
+        rules.push(udp);
+    }
+    rules.push(permit);
+    let n = rules.len() as u32;
+    let table = Table::compile_with("bench".into(), rules, (0..n).collect(), n, &|_| vec![ID])
+        .expect("compile");
     let mut ingress = [None; MAX_PORTS];
     ingress[0] = Some(0);
     let mut out = snap.clone();

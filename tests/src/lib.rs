@@ -13,7 +13,11 @@ use std::time::{Duration, Instant};
 
 /// Directory holding the workspace's built binaries (next to this test's `deps/`).
 /// The first call brings the workspace's binaries up to date with `cargo build`, so
-/// `cargo test -p ferrule-e2e` never runs stale binaries.
+/// `cargo test -p ferrule-e2e` never runs stale binaries — unless
+/// `FERRULE_E2E_PREBUILT=1` says the caller has just built them (`make test` does):
+/// cargo run from inside a test sees the test's environment (cargo's own
+/// `LD_LIBRARY_PATH` among it), which build scripts watch, and would compile much of
+/// the dependency graph again.
 pub fn bin_dir() -> PathBuf {
     static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
     let exe = std::env::current_exe().expect("test executable path");
@@ -23,6 +27,9 @@ pub fn bin_dir() -> PathBuf {
         .expect("target/<profile>")
         .to_path_buf();
     BUILT.get_or_init(|| {
+        if std::env::var_os("FERRULE_E2E_PREBUILT").is_some_and(|v| v == "1") {
+            return;
+        }
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let mut cmd = Command::new(cargo);
         // The whole workspace, as `make test` and `make build` build it: the same

@@ -23,7 +23,6 @@ use ferrule_dataplane::pipeline::{self, dns::DNS_PORT};
 use ferrule_dataplane::snapshot::DnsIntercept;
 use ferrule_dataplane::wire::{EthernetFrame, IpProtocol};
 use ferrule_fqdn::{dns, Changes, FqdnSelector, FqdnState, Selector};
-use serde::Serialize;
 use std::collections::{BTreeSet, HashMap};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::sync::Arc;
@@ -44,34 +43,7 @@ pub fn now_s() -> u64 {
         .unwrap_or(0)
 }
 
-/// What the DNS proxy did, since the daemon started.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct ProxyCounters {
-    /// Queries punted to the proxy.
-    pub queries: u64,
-    /// Queries for a name the port's DNS policy does not allow (answered REFUSED).
-    pub refused: u64,
-    /// Queries sent upstream.
-    pub forwarded: u64,
-    /// Answers handed back to pods.
-    pub answered: u64,
-    /// Addresses of answers given to the name manager.
-    pub addresses_learned: u64,
-    /// Punted packets that were not a DNS query the proxy can read.
-    pub malformed_queries: u64,
-    /// Upstream datagrams that were not the answer to a waiting query.
-    pub malformed_answers: u64,
-    /// Queries whose answer did not come within `upstream_timeout_ms`.
-    pub upstream_timeouts: u64,
-    /// Queries that could not be sent upstream (socket errors, too many waiting).
-    pub upstream_errors: u64,
-    /// Answers or refusals that could not be handed back (no buffer, queue full).
-    pub reply_errors: u64,
-    /// DNS-over-TCP connections from pods accepted.
-    pub tcp_connections: u64,
-    /// DNS-over-TCP connections reset because `tcp::MAX_CONNECTIONS` were open.
-    pub tcp_refused: u64,
-}
+pub use ferrule_api::fqdn::ProxyCounters;
 
 /// A query sent upstream, waiting for its answer.
 #[derive(Debug, Clone)]
