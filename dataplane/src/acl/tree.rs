@@ -35,7 +35,7 @@
 //!    root but at most 64 per rule), and the window whose children expect the fewest
 //!    rules per lookup (the sum of squared child sizes over their sum) wins, if it
 //!    expects at least a sixteenth fewer than the node has; else the node is a leaf.
-//!    A node of more than [`CHOOSE_SAMPLE`] rules weighs the windows on an evenly
+//!    A node of more than `CHOOSE_SAMPLE` rules weighs the windows on an evenly
 //!    spaced sample of that many, its counts scaled up (the build's hot spot).
 //!    A rule goes into every child its range may reach (a superset for patterns with
 //!    holes, harmless as leaves test rules whole). Adjacent children with the same
