@@ -24,6 +24,8 @@ if [ "$(cat "$hp" 2>/dev/null || echo 0)" -lt 256 ]; then
     echo "acl-compare: dpdk-test-acl needs 512 MiB of free 2 MiB hugepages ($hp: $(cat "$hp" 2>/dev/null || echo none)); run scripts/setup.sh as root" >&2
     exit 1
 fi
+# --in-memory keeps no hugepage files, but EAL still makes a runtime directory.
+trap 'rm -rf "/run/dpdk/ferrule-acl-$$"' EXIT
 cargo build --release -q -p ferrule-perf --bin ferrule-aclbench
 bench=target/release/ferrule-aclbench
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), DPDK $(pkg-config --modversion libdpdk)"
