@@ -76,6 +76,11 @@ pub fn cni_bin() -> PathBuf {
     bin_dir().join("ferrule-cni")
 }
 
+/// The traffic generator (`perf/`, built with the workspace's binaries).
+pub fn pktgen_bin() -> PathBuf {
+    bin_dir().join("ferrule-pktgen")
+}
+
 /// The policy agent.
 pub fn agent_bin() -> PathBuf {
     bin_dir().join("ferrule-agent")

@@ -88,6 +88,53 @@ impl Burst {
         sent
     }
 
+    /// Appends one fresh mbuf per entry of `lens` from `pool`, each holding that many
+    /// (uninitialised) data bytes, for a generator to fill through [`Burst::data_mut`].
+    /// All or nothing: `false` (and nothing added) when the pool has too few mbufs, the
+    /// burst too little room, or a length does not fit one segment.
+    pub fn alloc(&mut self, pool: &super::Mempool, lens: &[u16]) -> bool {
+        let n = lens.len();
+        if n == 0 {
+            return true;
+        }
+        if n > self.room() {
+            return false;
+        }
+        let start = self.len;
+        // SAFETY: the n slots after len are free; alloc_bulk fills all n with fresh
+        // mbufs nobody else owns, or none (non-zero return).
+        let rc = unsafe {
+            ferrule_ffi::ferrule_pktmbuf_alloc_bulk(
+                pool.as_ptr(),
+                self.pkts.as_mut_ptr().add(start),
+                n as u32,
+            )
+        };
+        if rc != 0 {
+            return false;
+        }
+        let room = pool.data_room();
+        if lens.iter().any(|&l| l > room) {
+            // SAFETY: the n slots from start hold the fresh mbufs, freed once here.
+            unsafe {
+                ferrule_ffi::ferrule_pktmbuf_free_bulk(self.pkts.as_mut_ptr().add(start), n as u32)
+            };
+            return false;
+        }
+        for (i, &len) in lens.iter().enumerate() {
+            let m = self.pkts[start + i];
+            // SAFETY: m is a fresh, reset, single-segment mbuf we own; len fits its
+            // tailroom (checked above against the pool's data room less headroom), so
+            // data_len/pkt_len describe bytes inside its buffer.
+            unsafe {
+                (*m).data_len = len;
+                (*m).pkt_len = u32::from(len);
+            }
+        }
+        self.len += n;
+        true
+    }
+
     /// Frees every held packet.
     #[inline(always)]
     pub fn free_all(&mut self) {

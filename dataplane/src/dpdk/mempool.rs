@@ -16,6 +16,8 @@ pub const HEADROOM: u32 = ferrule_ffi::RTE_PKTMBUF_HEADROOM;
 pub struct Mempool {
     ptr: NonNull<ferrule_ffi::rte_mempool>,
     name: String,
+    /// Bytes of packet data one segment holds after the headroom.
+    data_room: u16,
 }
 
 // SAFETY: an rte_mempool is built for concurrent use from any thread (lockless ring,
@@ -42,10 +44,16 @@ impl Mempool {
             .map(|ptr| Mempool {
                 ptr,
                 name: name.to_string(),
+                data_room: data_room.saturating_sub(HEADROOM as u16),
             })
             .ok_or_else(|| {
                 DpdkError::last(format!("rte_pktmbuf_pool_create({name}, {count} mbufs)"))
             })
+    }
+
+    /// Bytes of packet data one fresh mbuf holds (its data room less the headroom).
+    pub fn data_room(&self) -> u16 {
+        self.data_room
     }
 
     /// The raw pool, for the DPDK calls that take one.
