@@ -50,9 +50,13 @@ test: lint no-dpdk
 	FERRULE_E2E_PREBUILT=1 $(CARGO) test --workspace --no-fail-fast
 	@PROFILE=debug scripts/demo.sh
 
-# Benchmarks (not tests): the cross-connect rate against dpdk-testpmd, then the LPM and
-# pipeline criterion benches against DPDK's rte_lpm. Results: perf/RESULTS.md.
+# Benchmarks (not tests): ferruled against OVS-DPDK and testpmd through ferrule-pktgen
+# (tables and plots in target/switch-compare), the cross-connect rate against
+# dpdk-testpmd, then the LPM and pipeline criterion benches against DPDK's rte_lpm.
+# Results: perf/RESULTS.md.
 bench: build
+	@scripts/setup.sh --bench
+	@perf/switch-compare.sh
 	@perf/xconnect-vs-testpmd.sh
 	$(CARGO) bench -p ferrule-perf --bench lpm -- --warm-up-time 1 --measurement-time 3
 	$(CARGO) bench -p ferrule-perf --bench pipeline -- --warm-up-time 2 --measurement-time 5

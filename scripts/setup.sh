@@ -7,6 +7,9 @@
 #   FERRULE_HUGEPAGES=1024 scripts/setup.sh   # how many 2 MiB pages to reserve (default 1024)
 #   FERRULE_VENV=/opt/ferrule/venv scripts/setup.sh  # the project's Python venv (moto_server
 #                                                    # for ferrule-ipamd's tests)
+#   scripts/setup.sh --bench    # also what `make bench` compares against and plots with:
+#                               # OVS-DPDK (run in private directories, never as the
+#                               # system service) and matplotlib
 #
 # When hugepages cannot be had, it says so and how to run without them (--no-huge);
 # `make demo` and `make test` then fall back to --no-huge by themselves, while ferruled
@@ -17,6 +20,12 @@ PAGES="${FERRULE_HUGEPAGES:-1024}"
 PACKAGES=(dpdk dpdk-dev libdpdk-dev libclang-dev pkg-config iproute2 procps iputils-ping python3 ethtool tshark
     containerd runc containernetworking-plugins busybox-static python3-prometheus-client python3-venv
     dnsmasq-base bind9-dnsutils)
+if [ "${1:-}" = "--bench" ]; then
+    PACKAGES+=(openvswitch-switch-dpdk python3-matplotlib)
+elif [ -n "${1:-}" ]; then
+    printf 'setup: error: unknown option %s (the only one is --bench)\n' "$1" >&2
+    exit 2
+fi
 HP_SYS=/sys/kernel/mm/hugepages/hugepages-2048kB
 HP_MNT=/dev/hugepages
 

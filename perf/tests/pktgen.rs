@@ -8,7 +8,7 @@ use ferrule_perf::pktgen::flows::{
 };
 use ferrule_perf::pktgen::measure::{RxTracker, Trial};
 use ferrule_perf::pktgen::search::{search, SearchSpec};
-use ferrule_perf::pktgen::stamp::Stamp;
+use ferrule_perf::pktgen::stamp::{Stamp, TSC_MASK};
 use ferrule_perf::pktgen::{parse_mac, parse_rate};
 use proptest::prelude::*;
 use std::collections::HashSet;
@@ -94,13 +94,13 @@ proptest! {
         size in 84u16..1600,
         src in any::<u128>(), dst in any::<u128>(),
         sport in any::<u16>(), dport in any::<u16>(),
-        flow in any::<u32>(), seq in any::<u32>(), tsc in any::<u64>(),
+        flow in any::<u32>(), seq in any::<u32>(), tsc in any::<u64>(), trial in any::<u16>(),
     ) {
         let mix: SizeMix = size.to_string().parse().unwrap();
         let w = FrameWriter::new(SRC_MAC, DST_MAC, v6, &mix).unwrap();
         let mask = if v6 { u128::MAX } else { u128::from(u32::MAX) };
         let t = Tuple { src: src & mask, dst: dst & mask, sport, dport };
-        let s = Stamp { flow, seq, tsc };
+        let s = Stamp { flow, seq, tsc: tsc & TSC_MASK, trial };
         check_frame(&frame(&w, size, &t, &s), size, &t, &s, v6);
     }
 }
@@ -119,6 +119,7 @@ fn smallest_frames_fit_the_stamp() {
         flow: 7,
         seq: 9,
         tsc: 123_456_789,
+        trial: 3,
     };
     check_frame(&frame(&w, 64, &t, &s), 64, &t, &s, false);
     let err = FrameWriter::new(SRC_MAC, DST_MAC, true, &"64".parse().unwrap()).unwrap_err();
@@ -203,6 +204,10 @@ fn the_walk_visits_each_flow_once_per_round_in_the_documented_order() {
 }
 
 fn received(flow: u32, seq: u32, tsc: u64) -> Vec<u8> {
+    received_in(0, flow, seq, tsc)
+}
+
+fn received_in(trial: u16, flow: u32, seq: u32, tsc: u64) -> Vec<u8> {
     let w = FrameWriter::new(SRC_MAC, DST_MAC, false, &"64".parse().unwrap()).unwrap();
     let t = Tuple {
         src: 1,
@@ -210,7 +215,17 @@ fn received(flow: u32, seq: u32, tsc: u64) -> Vec<u8> {
         sport: 3,
         dport: 4,
     };
-    frame(&w, 64, &t, &Stamp { flow, seq, tsc })
+    frame(
+        &w,
+        64,
+        &t,
+        &Stamp {
+            flow,
+            seq,
+            tsc,
+            trial,
+        },
+    )
 }
 
 #[test]
@@ -247,10 +262,18 @@ fn the_receiver_counts_loss_reordering_foreign_frames_and_latency() {
     let cdf = &t.latency_cdf;
     assert!(cdf.windows(2).all(|w| w[0].0 <= w[1].0 && w[0].1 <= w[1].1));
     assert!((cdf.last().unwrap().1 - 1.0).abs() < 1e-9);
-    // A new trial keeps the flows' sequence state: a straggler is reordered.
-    rx.reset_counts();
-    rx.record(&received(0, 1, 0), 10);
+    // A packet of an earlier trial arriving in the next one is late, not counted; the
+    // flows' sequence state carries over, so an old sequence number is reordered.
+    rx.start_trial(1);
+    rx.record(&received_in(0, 0, 5, 0), 10);
+    assert_eq!((rx.packets, rx.late, rx.reordered), (0, 1, 0));
+    rx.record(&received_in(1, 0, 1, 0), 10);
     assert_eq!((rx.packets, rx.reordered), (1, 1));
+    // Transmit times keep 48 bits: a latency across the wrap is still right.
+    rx.start_trial(2);
+    rx.record(&received_in(2, 1, 3, TSC_MASK - 9), (1 << 48) + 20);
+    let l = rx.latency(1_000_000_000).unwrap();
+    assert_eq!((l.min_ns, rx.late), (30.0, 0));
 }
 
 #[test]

@@ -583,16 +583,17 @@ impl Fqdn {
         let mut tcp = Vec::new();
         for a in self.tcp.poll_upstream(now, timeout) {
             match dns::parse_response(&a.message) {
-                Ok(answer) if answer.name == a.name => {
+                Ok(answer) if answer.name == a.forward.name => {
                     if !answer.records.is_empty() {
-                        let changes = self.learn(&a.endpoint, &answer.name, &answer.records);
+                        let changes =
+                            self.learn(&a.forward.endpoint, &answer.name, &answer.records);
                         merge(&mut all, changes);
                     }
                     tcp.push((a.conn, a.message));
                 }
                 _ => {
                     self.counters.malformed_answers += 1;
-                    let servfail = dns::servfail_response(&a.query).unwrap_or_default();
+                    let servfail = dns::servfail_response(&a.forward.query).unwrap_or_default();
                     tcp.push((a.conn, servfail));
                 }
             }

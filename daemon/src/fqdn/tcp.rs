@@ -77,11 +77,9 @@ pub struct TcpAnswer {
     pub conn: ConnId,
     /// The DNS message (without its length prefix).
     pub message: Vec<u8>,
-    /// The pod's query, to answer SERVFAIL to if `message` is not its answer.
-    pub query: Vec<u8>,
-    /// Who asked (`namespace/pod` or `port/<name>`) and for what name.
-    pub endpoint: String,
-    pub name: String,
+    /// The query it answers: the pod's message (SERVFAIL to it if `message` is not its
+    /// answer), who asked and for what name.
+    pub forward: Forward,
 }
 
 /// What a query forwarded upstream needs.
@@ -276,6 +274,11 @@ impl DnsTcp {
         let mut frames = Vec::new();
         let mut queries = Vec::new();
         for (&network, stack) in &mut self.stacks {
+            // The control tick calls this every 10 ms: a network with no connection, no
+            // segment waiting and no pod endpoint to forget has nothing to do.
+            if stack.is_idle() {
+                continue;
+            }
             stack
                 .iface
                 .poll(smol_now, &mut stack.device, &mut stack.sockets);
@@ -391,9 +394,7 @@ impl DnsTcp {
                         answers.push(TcpAnswer {
                             conn: ConnId { network, handle },
                             message,
-                            query: up.forward.query,
-                            endpoint: up.forward.endpoint,
-                            name: up.forward.name,
+                            forward: up.forward,
                         });
                         false
                     }
@@ -432,6 +433,14 @@ impl Default for DnsTcp {
 }
 
 impl Stack {
+    /// No connection, nothing received or to send, no pod endpoint remembered.
+    fn is_idle(&self) -> bool {
+        self.conns.is_empty()
+            && self.device.rx.is_empty()
+            && self.device.tx.is_empty()
+            && self.peers.is_empty()
+    }
+
     fn new(smol_now: smoltcp::time::Instant, seed: Instant) -> Stack {
         let mut device = Queues::default();
         let mut config = Config::new(HardwareAddress::Ip);

@@ -33,7 +33,8 @@ carries a stamp at the start of its UDP payload: flow number, the flow's sequenc
 transmit time (TSC). Whatever the switch between the ports does to the headers (MAC rewrite, TTL, \
 NAT, VLAN tags), the receiver finds the stamp and counts each flow's packets: loss is what was sent \
 and not received by the end of the drain time, reordering is a packet older than one already seen \
-on its flow, latency is receive TSC minus transmit TSC (one clock: both ends are this process).\n\n\
+on its flow, a packet of an earlier trial arriving late is counted apart (late), latency is \
+receive TSC minus transmit TSC (one clock: both ends are this process).\n\n\
 Flows: the first --flows combinations of --src-port, --dst-port, --src-ip and --dst-ip (varied \
 in that order, the source port fastest), one packet per flow in turn. Sizes are Ethernet frame \
 sizes with the 4-byte FCS, as RFC 2544 counts them: 64 puts 60 bytes in the mbuf; imix is 64, \
@@ -383,7 +384,7 @@ fn line(t: &Trial) -> String {
         })
         .unwrap_or_default();
     format!(
-        "target {target}, sent {} ({:.3} Mpps), received {} ({:.3} Mpps, {:.2} Gbit/s), lost {} ({:.4}%), reordered {}, foreign {}{lat}",
+        "target {target}, sent {} ({:.3} Mpps), received {} ({:.3} Mpps, {:.2} Gbit/s), lost {} ({:.4}%), reordered {}, late {}, foreign {}{lat}",
         t.tx_packets,
         t.tx_pps / 1e6,
         t.rx_packets,
@@ -392,6 +393,7 @@ fn line(t: &Trial) -> String {
         t.lost,
         t.loss_ratio * 100.0,
         t.reordered,
+        t.late,
         t.foreign,
     )
 }

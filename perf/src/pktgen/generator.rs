@@ -9,6 +9,9 @@ use anyhow::{bail, Context, Result};
 use ferrule_dataplane::dpdk::{self, Burst, EthPort, Mempool, PortConf};
 use std::time::Duration;
 
+/// How long the generator waits before retrying a port that pushed back.
+const BACKOFF_SECS: f64 = 1e-6;
+
 /// Where and what to send.
 #[derive(Debug, Clone)]
 pub struct GeneratorConf {
@@ -46,6 +49,8 @@ pub struct Generator {
     size_at: usize,
     burst: usize,
     hz: u64,
+    /// The running trial's number, stamped on its packets.
+    trial: u16,
 }
 
 impl Generator {
@@ -102,6 +107,7 @@ impl Generator {
             size_at: 0,
             burst: usize::from(conf.burst),
             hz,
+            trial: 0,
         })
     }
 
@@ -133,13 +139,19 @@ impl Generator {
         drain: Duration,
         with_cdf: bool,
     ) -> Trial {
-        self.tracker.reset_counts();
+        self.trial = self.trial.wrapping_add(1);
+        self.tracker.start_trial(self.trial);
         let pool = &self.pool;
         let hz = self.hz as f64;
         let start = dpdk::rdtsc();
         let end = start + (seconds * hz) as u64;
         let (mut built, mut tx_packets, mut tx_bytes, mut backpressure) = (0u64, 0u64, 0u64, 0u64);
         let mut pending = Burst::new();
+        // A port that pushed back is given a moment before the next try: retrying a full
+        // virtio ring at once keeps its cache lines bouncing between the generator and
+        // the switch draining it, and slows both.
+        let backoff = (hz * BACKOFF_SECS) as u64;
+        let mut retry_at = 0u64;
         let mut rx = Burst::new();
         let mut lens = [0u16; dpdk::MAX_BURST];
         let mut sizes = [0u16; dpdk::MAX_BURST];
@@ -178,6 +190,7 @@ impl Generator {
                         flow,
                         seq: self.seq.take(flow),
                         tsc,
+                        trial: self.trial,
                     };
                     self.writer.write(size, &tuple, &stamp, pending.data_mut(i));
                     tx_bytes += u64::from(size);
@@ -186,8 +199,15 @@ impl Generator {
                 let sent = pending.tx(self.tx.id(), 0);
                 tx_packets += sent as u64;
                 backpressure += pending.len() as u64;
-            } else {
-                tx_packets += pending.tx(self.tx.id(), 0) as u64;
+                if !pending.is_empty() {
+                    retry_at = now + backoff;
+                }
+            } else if now >= retry_at {
+                let sent = pending.tx(self.tx.id(), 0);
+                tx_packets += sent as u64;
+                if !pending.is_empty() {
+                    retry_at = now + backoff;
+                }
             }
         }
         let measured = (dpdk::rdtsc() - start) as f64 / hz;

@@ -2,7 +2,7 @@
 //! latency percentiles (an HDR histogram of transmit-to-receive TSC cycles) and rates.
 
 use super::flows::WIRE_OVERHEAD;
-use super::stamp::Stamp;
+use super::stamp::{Stamp, TSC_MASK};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
@@ -40,6 +40,11 @@ pub struct RxTracker {
     pub reordered: u64,
     /// Frames without the generator's stamp, or with a flow it never sent.
     pub foreign: u64,
+    /// Stamped packets of an earlier trial that arrived during this one (not counted in
+    /// `packets`: they were sent, and lost or not, in their own trial).
+    pub late: u64,
+    /// The trial whose packets count.
+    trial: u16,
     latency: Histogram<u64>,
     /// Latency is recorded for one received packet in this many.
     sample: u64,
@@ -55,6 +60,8 @@ impl RxTracker {
             bytes: 0,
             reordered: 0,
             foreign: 0,
+            late: 0,
+            trial: 0,
             // Three significant digits: 0.1% resolution at every magnitude.
             latency: Histogram::new_with_bounds(1, max_cycles.max(2), 3)
                 .expect("valid histogram bounds"),
@@ -70,6 +77,10 @@ impl RxTracker {
             self.foreign += 1;
             return;
         };
+        if stamp.trial != self.trial {
+            self.late += 1;
+            return;
+        }
         self.packets += 1;
         self.bytes += frame.len() as u64 + super::flows::FCS_LEN as u64;
         let expected = &mut self.expected[stamp.flow as usize];
@@ -82,14 +93,16 @@ impl RxTracker {
         // Latency of every `sample`-th packet: recording costs as much as the rest of
         // the receive path, and a sample of a million a second still resolves p99.9.
         if self.packets.is_multiple_of(self.sample) {
-            if let Some(d) = now.checked_sub(stamp.tsc) {
-                self.latency.saturating_record(d.max(1));
-            }
+            let d = now.wrapping_sub(stamp.tsc) & TSC_MASK;
+            self.latency.saturating_record(d.max(1));
         }
     }
 
-    /// Forgets counts and latencies (not the per-flow sequence state) for a new trial.
-    pub fn reset_counts(&mut self) {
+    /// Starts counting trial `trial`: forgets counts and latencies (not the per-flow
+    /// sequence state).
+    pub fn start_trial(&mut self, trial: u16) {
+        self.trial = trial;
+        self.late = 0;
         self.packets = 0;
         self.bytes = 0;
         self.reordered = 0;
@@ -169,6 +182,9 @@ pub struct Trial {
     pub loss_ratio: f64,
     pub reordered: u64,
     pub foreign: u64,
+    /// Packets of an earlier trial (or the warm-up) received during this one: not
+    /// counted above.
+    pub late: u64,
     /// Packets the generator's own transmit queue did not take at once (sent later:
     /// back-pressure from the port, e.g. a full virtio ring).
     pub tx_backpressure: u64,
@@ -212,6 +228,7 @@ impl Trial {
             },
             reordered: rx.reordered,
             foreign: rx.foreign,
+            late: rx.late,
             tx_backpressure,
             tx_pps: tx_packets as f64 / secs,
             rx_pps: rx.packets as f64 / secs,

@@ -5,8 +5,13 @@
 /// Marks a payload as the generator's.
 pub const MAGIC: u16 = 0xf3a7;
 
-/// Bytes of the stamp: magic (2), flow (4), sequence (4), transmit TSC (8).
+/// Bytes of the stamp: magic (2), flow (4), sequence (4), transmit TSC (low 48 bits: 6),
+/// trial (2).
 pub const STAMP_LEN: usize = 18;
+
+/// The TSC bits a stamp keeps: 48 bits wrap after more than a day at 3 GHz, and
+/// latencies are taken modulo 2^48.
+pub const TSC_MASK: u64 = (1 << 48) - 1;
 
 /// What one packet carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -15,8 +20,11 @@ pub struct Stamp {
     pub flow: u32,
     /// The flow's packet number, from 0.
     pub seq: u32,
-    /// TSC when the packet was handed to the transmit queue.
+    /// TSC when the packet was handed to the transmit queue (low 48 bits).
     pub tsc: u64,
+    /// Which trial sent it (wrapping): a packet of an earlier trial that arrives late is
+    /// not counted as one of this trial's.
+    pub trial: u16,
 }
 
 impl Stamp {
@@ -26,7 +34,8 @@ impl Stamp {
         out[0..2].copy_from_slice(&MAGIC.to_be_bytes());
         out[2..6].copy_from_slice(&self.flow.to_be_bytes());
         out[6..10].copy_from_slice(&self.seq.to_be_bytes());
-        out[10..18].copy_from_slice(&self.tsc.to_be_bytes());
+        out[10..16].copy_from_slice(&(self.tsc & TSC_MASK).to_be_bytes()[2..]);
+        out[16..18].copy_from_slice(&self.trial.to_be_bytes());
     }
 
     /// Reads a stamp at the start of `p`, if the magic is there.
@@ -36,10 +45,13 @@ impl Stamp {
         if u16::from_be_bytes([p[0], p[1]]) != MAGIC {
             return None;
         }
+        let mut tsc = [0u8; 8];
+        tsc[2..].copy_from_slice(&p[10..16]);
         Some(Stamp {
             flow: u32::from_be_bytes(p[2..6].try_into().ok()?),
             seq: u32::from_be_bytes(p[6..10].try_into().ok()?),
-            tsc: u64::from_be_bytes(p[10..18].try_into().ok()?),
+            tsc: u64::from_be_bytes(tsc),
+            trial: u16::from_be_bytes([p[16], p[17]]),
         })
     }
 
