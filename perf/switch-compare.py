@@ -345,6 +345,12 @@ def main():
     ap.add_argument("--cases", default="plain,snat,snat-acl")
     ap.add_argument("--flows", default="1,1000,100000,1000000")
     ap.add_argument("--sizes", default="64,imix")
+    ap.add_argument("--mode", choices=("throughput", "ndr", "pdr"), default="throughput",
+                    help="per run: one trial as fast as the switch takes packets (what the "
+                         "generator received), or an NDR/PDR search (the rate found; "
+                         "--seconds per search trial, 2%% resolution, 8 trials at most)")
+    ap.add_argument("--loss", type=float, default=0.1,
+                    help="loss allowed by --mode pdr, percent")
     ap.add_argument("--latency-rate", default="1M",
                     help="rate of the latency run (1,000 flows, 64 B, every packet timed)")
     ap.add_argument("--out", default=os.path.join(ROOT, "target", "switch-compare"),
@@ -377,17 +383,25 @@ def main():
                         for fl in flows:
                             for size in sizes:
                                 n += 1
-                                r = pktgen(sw, case, fl, size, args, work, f"{tag}-{fl}-{size}")
-                                t = r["trials"][0]
+                                search = () if args.mode == "throughput" else (
+                                    "--search", args.mode, "--loss", str(args.loss),
+                                    "--resolution", "2", "--max-trials", "8")
+                                r = pktgen(sw, case, fl, size, args, work, f"{tag}-{fl}-{size}",
+                                           search)
+                                if args.mode == "throughput":
+                                    t, rate = r["trials"][0], r["trials"][0]["rx_pps"]
+                                else:
+                                    t = r["search"]["at_rate"] or r["trials"][-1]
+                                    rate = r["search"]["rate_pps"]
                                 results.append(dict(switch=sw.name, case=case, flows=fl,
                                                     size=size, round=rnd,
-                                                    rx_pps=t["rx_pps"], tx_pps=t["tx_pps"],
+                                                    rx_pps=rate, tx_pps=t["tx_pps"],
                                                     lost=t["lost"], foreign=t["foreign"],
                                                     late=t["late"],
                                                     reordered=t["reordered"],
                                                     rx_gbps=t["rx_gbps"]))
                                 log(f"round {rnd + 1} {sw.name:10} {case:5} {fl:>8} flows "
-                                    f"{size:>4}: {t['rx_pps'] / 1e6:6.2f} Mpps received, "
+                                    f"{size:>4}: {rate / 1e6:6.2f} Mpps ({args.mode}), "
                                     f"{t['tx_pps'] / 1e6:6.2f} sent, lost {t['lost']}")
                         if rnd == 0 and 1000 in flows:
                             r = pktgen(sw, case, 1000, "64", args, work, f"{tag}-latency",
@@ -448,11 +462,11 @@ def main():
                        latency={f"{k[0]}/{k[1]}": v for k, v in latency.items()}), f, indent=1)
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write(text + "\n")
-    plot(args.out, names, cases, flows, sizes, summary, latency)
+    plot(args.out, names, cases, flows, sizes, summary, latency, args.mode)
     log(f"results, table and plots: {args.out}")
 
 
-def plot(out, names, cases, flows, sizes, summary, latency):
+def plot(out, names, cases, flows, sizes, summary, latency, mode):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -468,7 +482,8 @@ def plot(out, names, cases, flows, sizes, summary, latency):
                 ax.plot(flows, ys, marker="o", label=nm)
             ax.set_xscale("log")
             ax.set_xlabel("flows")
-            ax.set_ylabel("Mpps received (median)")
+            ax.set_ylabel("Mpps received (median)" if mode == "throughput"
+                          else f"{mode.upper()}, Mpps (median)")
             ax.set_title(f"{case}, " + ("IMIX" if size == "imix" else f"{size}-byte") + " frames")
             ax.grid(True, alpha=0.3)
             ax.set_ylim(bottom=0)

@@ -7,7 +7,8 @@
 #
 #   perf/switch-compare.sh [--rounds 2] [--seconds 3] [--warmup 2] [--switches ferruled,ovs,testpmd]
 #                          [--cases plain,snat] [--flows 1,1000,100000,1000000] [--sizes 64,imix]
-#                          [--latency-rate 1M] [--out target/switch-compare]
+#                          [--mode throughput|ndr|pdr] [--loss 0.1] [--latency-rate 1M]
+#                          [--out target/switch-compare]
 #
 # Pinning: the generator polls CPU 0, the switch's forwarding thread CPU 1; the switch's
 # other threads share CPU 0 (docs/pktgen.md, "Comparing switches").
