@@ -1,5 +1,6 @@
 //! `ferrule-pktgen` on real DPDK ports: a ring port looping back to itself (every packet
-//! sent comes back: the counts, bytes and flows must agree exactly), and pod to pod
+//! sent comes back: the counts, bytes and flows must agree exactly), IPv6 over the
+//! kernel's veth pair through af_packet ports, and pod to pod
 //! through a running ferruled over vhost-user, where the generator's receive count must
 //! equal what ferruled says it transmitted to the receiving pod, and an NDR search must
 //! find a rate with no loss.
@@ -11,8 +12,20 @@ use std::process::{Command, Stdio};
 /// Runs the generator with `args` (plus its own file prefix and a small footprint) and
 /// returns its JSON report.
 fn pktgen(tag: &str, args: &[&str]) -> Value {
+    pktgen_in(&[], tag, args)
+}
+
+/// As [`pktgen`], run under `wrapper` (e.g. `ip netns exec NS`).
+fn pktgen_in(wrapper: &[String], tag: &str, args: &[&str]) -> Value {
     let prefix = unique_prefix(tag);
-    let mut cmd = Command::new(pktgen_bin());
+    let mut cmd = match wrapper.split_first() {
+        Some((first, rest)) => {
+            let mut c = Command::new(first);
+            c.args(rest).arg(pktgen_bin());
+            c
+        }
+        None => Command::new(pktgen_bin()),
+    };
     cmd.args([
         "--file-prefix",
         &prefix,
@@ -94,6 +107,63 @@ fn a_ring_port_returns_every_packet_at_the_rate_asked() {
     }
     assert_eq!(r["size"], "imix");
     assert_eq!(u(&r, "flows"), 1000);
+}
+
+#[test]
+fn ipv6_flows_cross_a_veth_pair_through_af_packet_ports() {
+    let ns = Netns::new("pg-veth").expect("netns");
+    ns.exec(&[
+        "ip", "link", "add", "pga", "type", "veth", "peer", "name", "pgb",
+    ])
+    .unwrap();
+    for dev in ["pga", "pgb"] {
+        ns.exec(&["ip", "link", "set", dev, "up"]).unwrap();
+        // The kernel's own IPv6 chatter (router solicitations) would be foreign frames.
+        ns.exec(&[
+            "sysctl",
+            "-qw",
+            &format!("net.ipv6.conf.{dev}.disable_ipv6=1"),
+        ])
+        .unwrap();
+    }
+    let r = pktgen_in(
+        &ns.wrapper(),
+        "pg-veth",
+        &[
+            "--tx-port",
+            "net_af_packet0,iface=pga",
+            "--rx-port",
+            "net_af_packet1,iface=pgb",
+            "--src-ip",
+            "fd00::1-fd00::ff",
+            "--dst-ip",
+            "fd00:1::1",
+            "--flows",
+            "255",
+            "--size",
+            "84,1518",
+            "--rate",
+            "20k",
+            "--duration",
+            "1",
+            "--warmup",
+            "0.2",
+            "--latency-sample",
+            "1",
+        ],
+    );
+    let t = &r["trials"][0];
+    let sent = u(t, "tx_packets");
+    assert!((19_000..=21_000).contains(&sent), "{t:#}");
+    assert_eq!(
+        u(t, "rx_packets"),
+        sent,
+        "the veth pair loses nothing at 20 kpps: {t:#}"
+    );
+    assert_eq!(u(t, "rx_bytes"), u(t, "tx_bytes"));
+    assert_eq!((u(t, "reordered"), u(t, "late")), (0, 0), "{t:#}");
+    // Every packet timed; the kernel's path takes microseconds, not nothing.
+    assert!(f(&t["latency"], "min_ns") > 100.0, "{t:#}");
 }
 
 #[test]
