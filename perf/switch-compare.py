@@ -74,6 +74,11 @@ def log(*a):
     print(*a, file=sys.stderr, flush=True)
 
 
+# Every process started and not yet stopped: whatever fails half-way (a switch that does
+# not come up, a command that errors), main() stops them all on the way out.
+RUNNING = []
+
+
 class Proc:
     """A process we started, stopped (SIGINT, then SIGKILL) by its PID only."""
 
@@ -81,11 +86,14 @@ class Proc:
         self.log = open(logpath, "w")
         self.p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self.log,
                                   stderr=subprocess.STDOUT, **kw)
+        RUNNING.append(self)
 
     def alive(self):
         return self.p.poll() is None
 
     def stop(self, sig=signal.SIGINT, wait=10):
+        if self in RUNNING:
+            RUNNING.remove(self)
         if self.p.poll() is None:
             self.p.send_signal(sig)
             try:
@@ -417,7 +425,10 @@ def main():
                         sw.stop()
                         leftovers(getattr(sw, "prefix", "fsc-none"))
     finally:
-        leftovers(f"fsc-pg-{os.getpid()}")
+        for proc in reversed(RUNNING[:]):
+            proc.stop(signal.SIGTERM)
+        for kind in ("pg", "fr", "ovs", "tp"):
+            leftovers(f"fsc-{kind}-{os.getpid()}-")
         shutil.rmtree(work, ignore_errors=True)
 
     names = [SWITCHES[s].name for s in switches]

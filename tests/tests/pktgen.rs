@@ -173,7 +173,11 @@ fn bad_options_are_refused_before_dpdk_starts() {
             vec!["--tx-port", "net_ring0", "--flows", "5"],
             "only 1 combinations",
         ),
-        (vec!["--tx-port", "net_ring0", "--size", "40"], "too small"),
+        (
+            vec!["--tx-port", "net_ring0", "--size", "40"],
+            "--size: frame size 40 is too small",
+        ),
+        (vec!["--tx-port", "net_ring0", "--burst", "300"], "--burst"),
         (vec!["--tx-port", "net_ring0", "--rate", "fast"], "--rate"),
         (
             vec!["--tx-port", "net_ring0", "--dst-mac", "02:00"],

@@ -5,7 +5,7 @@
 use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
 use ferrule_dataplane::dpdk::{self, Eal, EalConfig};
-use ferrule_perf::pktgen::flows::{AddrRange, FlowSpec, PortRange, SizeMix};
+use ferrule_perf::pktgen::flows::{AddrRange, FlowSpec, FrameWriter, PortRange, SizeMix};
 use ferrule_perf::pktgen::generator::{Generator, GeneratorConf};
 use ferrule_perf::pktgen::measure::Trial;
 use ferrule_perf::pktgen::search::{search, Search, SearchSpec};
@@ -121,8 +121,8 @@ struct Args {
     /// Include each trial's latency CDF (nanoseconds, fraction) in the JSON.
     #[arg(long)]
     cdf: bool,
-    /// Packets per transmit burst (1-32).
-    #[arg(long, default_value_t = 32)]
+    /// Packets per transmit burst (1-256).
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=256))]
     burst: u16,
     /// CPU (and DPDK lcore) the generator polls on.
     #[arg(long, default_value_t = 0)]
@@ -195,6 +195,8 @@ fn run(args: &Args) -> Result<()> {
     };
     flows.validate()?;
     let sizes: SizeMix = args.size.parse().context("--size")?;
+    // Every size against the family's headers, before DPDK starts.
+    FrameWriter::new([0; 6], [0; 6], flows.src.v6, &sizes).context("--size")?;
     let rate = args
         .rate
         .as_deref()

@@ -23,7 +23,7 @@ pub struct GeneratorConf {
     pub dst_mac: [u8; 6],
     pub flows: FlowSpec,
     pub sizes: SizeMix,
-    /// Packets per transmit burst (1..=32).
+    /// Packets per transmit burst (1 to `dpdk::MAX_BURST`).
     pub burst: u16,
     /// Mbufs in the pool shared by all ports.
     pub mbufs: u32,
@@ -32,7 +32,8 @@ pub struct GeneratorConf {
 }
 
 /// Ports, pool and per-flow state, kept across trials (sequence numbers keep counting,
-/// so a straggler from an earlier trial counts as reordered, never as a new packet).
+/// and a trial number marks each trial's packets, so a straggler from an earlier trial
+/// counts as late, never as one of this trial's).
 pub struct Generator {
     // Ports before the pool: dropping a port stops it, which must precede freeing the
     // pool its queues hold mbufs of.
@@ -173,6 +174,7 @@ impl Generator {
                 if n == 0 {
                     continue;
                 }
+                let size_at = self.size_at;
                 for i in 0..n {
                     let size = self.sizes[self.size_at];
                     self.size_at = (self.size_at + 1) % self.sizes.len();
@@ -180,7 +182,9 @@ impl Generator {
                     lens[i] = FrameWriter::data_len(size);
                 }
                 if !pending.alloc(pool, &lens[..n]) {
-                    // Pool empty: the ports hold every mbuf; receive and try again.
+                    // Pool empty: the ports hold every mbuf; receive and try again, with
+                    // the same sizes (the mix stays what was asked).
+                    self.size_at = size_at;
                     continue;
                 }
                 let tsc = dpdk::rdtsc();
