@@ -121,14 +121,26 @@ def run(argv, **kw):
     return r.stdout
 
 
-class Ferruled:
-    name = "ferruled"
+class Switch:
+    """What every switch has: its own directory, EAL file prefix and vhost-user sockets
+    (`a`, `b`, `up`), and the destination MAC the generator sends to."""
     generator_is_server = False
 
-    def __init__(self, work, case, tag):
-        self.dir = os.path.join(work, f"fr-{tag}")
+    def __init__(self, work, kind, tag):
+        self.dir = os.path.join(work, f"{kind}-{tag}")
         os.makedirs(self.dir)
-        self.prefix = f"fsc-fr-{os.getpid()}-{tag}"
+        self.prefix = f"fsc-{kind}-{os.getpid()}-{tag}"
+        self.gateway_mac = GATEWAY_MAC
+
+    def sock(self, port):
+        return os.path.join(self.dir, f"{port}.sock")
+
+
+class Ferruled(Switch):
+    name = "ferruled"
+
+    def __init__(self, work, case, tag):
+        super().__init__(work, "fr", tag)
         sock = os.path.join(self.dir, "ctl.sock")
         cfg = os.path.join(self.dir, "ferrule.toml")
         with open(cfg, "w") as f:
@@ -198,23 +210,17 @@ port = "uplink0"
                                             table="pod-a-ingress")]), f)
             run(self.ctl + ["acl", "apply", "-f", path])
 
-    def sock(self, port):
-        return os.path.join(self.dir, {"a": "a.sock", "b": "b.sock", "up": "up.sock"}[port])
-
     def stop(self):
         self.proc.stop()
 
 
-class Ovs:
+class Ovs(Switch):
     name = "ovs-dpdk"
     generator_is_server = True  # dpdkvhostuserclient ports: the generator's virtio_user serves
 
     def __init__(self, work, case, tag):
-        self.dir = os.path.join(work, f"ovs-{tag}")
-        os.makedirs(self.dir)
+        super().__init__(work, "ovs", tag)
         d = self.dir
-        self.prefix = f"fsc-ovs-{os.getpid()}-{tag}"
-        self.gateway_mac = GATEWAY_MAC
         env = dict(os.environ, OVS_RUNDIR=d, OVS_LOGDIR=d, OVS_DBDIR=d, OVS_SYSCONFDIR=d)
         self.env = env
         run(["ovsdb-tool", "create", f"{d}/conf.db", OVS_SCHEMA], env=env)
@@ -262,23 +268,16 @@ class Ovs:
             run(self.ofctl + ["add-flows", mgmt, path], env=env)
         run(self.ofctl + ["add-flow", mgmt, "table=0,priority=0,actions=drop"], env=env)
 
-    def sock(self, port):
-        return os.path.join(self.dir, f"{port}.sock")
-
     def stop(self):
         self.sw.stop(signal.SIGTERM, 20)
         self.db.stop(signal.SIGTERM)
 
 
-class Testpmd:
+class Testpmd(Switch):
     name = "testpmd-io"
-    generator_is_server = False
 
     def __init__(self, work, case, tag):
-        self.dir = os.path.join(work, f"tp-{tag}")
-        os.makedirs(self.dir)
-        self.prefix = f"fsc-tp-{os.getpid()}-{tag}"
-        self.gateway_mac = GATEWAY_MAC
+        super().__init__(work, "tp", tag)
         out = "b" if case == "plain" else "up"
         self.proc = Proc(["dpdk-testpmd", "-l", "0,1", "--main-lcore", "0", "--no-pci",
                           "--in-memory", "-m", "1024", "--file-prefix", self.prefix,
@@ -289,9 +288,6 @@ class Testpmd:
                           "--stats-period=60", "--rxd=1024", "--txd=1024"],
                          os.path.join(self.dir, "testpmd.log"))
         wait_path(self.sock(out), proc=self.proc)
-
-    def sock(self, port):
-        return os.path.join(self.dir, f"{port}.sock")
 
     def stop(self):
         self.proc.stop()

@@ -76,6 +76,18 @@ pub fn cni_bin() -> PathBuf {
     bin_dir().join("ferrule-cni")
 }
 
+/// A command running `program` under `wrapper` (e.g. `ip netns exec NS`; empty: none).
+pub fn wrapped(wrapper: &[String], program: impl AsRef<std::ffi::OsStr>) -> Command {
+    match wrapper.split_first() {
+        Some((first, rest)) => {
+            let mut c = Command::new(first);
+            c.args(rest).arg(program);
+            c
+        }
+        None => Command::new(program),
+    }
+}
+
 /// The traffic generator (`perf/`, built with the workspace's binaries).
 pub fn pktgen_bin() -> PathBuf {
     bin_dir().join("ferrule-pktgen")
@@ -216,14 +228,7 @@ impl Ferruled {
         std::fs::write(&cfg_path, config)?;
         let socket = dir.path().join("ctl").join("ferrule.sock");
         let log = dir.path().join("ferruled.log");
-        let mut cmd = match wrapper.split_first() {
-            Some((first, rest)) => {
-                let mut c = Command::new(first);
-                c.args(rest).arg(ferruled_bin());
-                c
-            }
-            None => Command::new(ferruled_bin()),
-        };
+        let mut cmd = wrapped(wrapper, ferruled_bin());
         cmd.arg("--config")
             .arg(&cfg_path)
             .arg("--socket")

@@ -18,14 +18,7 @@ fn pktgen(tag: &str, args: &[&str]) -> Value {
 /// As [`pktgen`], run under `wrapper` (e.g. `ip netns exec NS`).
 fn pktgen_in(wrapper: &[String], tag: &str, args: &[&str]) -> Value {
     let prefix = unique_prefix(tag);
-    let mut cmd = match wrapper.split_first() {
-        Some((first, rest)) => {
-            let mut c = Command::new(first);
-            c.args(rest).arg(pktgen_bin());
-            c
-        }
-        None => Command::new(pktgen_bin()),
-    };
+    let mut cmd = wrapped(wrapper, pktgen_bin());
     cmd.args([
         "--file-prefix",
         &prefix,
