@@ -109,7 +109,7 @@ pub fn egress<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
         let mut pending = 0usize;
         for &i in &s.routed[..n] {
             s.acl.denied[usize::from(i)] = false;
-            let out = s.hop[usize::from(i)].0;
+            let out = s.out[usize::from(i)];
             let table = if global {
                 let uplink = snap
                     .ports

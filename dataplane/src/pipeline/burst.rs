@@ -15,7 +15,9 @@ use crate::conntrack::{Conntrack, KeyHash};
 use crate::counters::DropReason;
 use crate::snapshot::{PortState, Snapshot};
 use crate::switching::{LearnEvent, MAX_LEARN_PER_BURST};
-use std::net::IpAddr;
+
+/// `Scratch::nh` of a packet sent out of a port without a route's next hop.
+pub const NO_NEXT_HOP: u32 = crate::lpm::NO_ROUTE;
 
 /// Per-burst working arrays, allocated once per worker and reused. Per-packet arrays
 /// are indexed by the packet's place in the burst; `ok` and `routed` list the packets
@@ -34,10 +36,13 @@ pub struct Scratch {
     /// ([`switch::policy`](super::switch::policy)).
     pub switched: [u16; MAX_BURST],
     pub(super) n_switched: usize,
-    /// Packets routed to a port, by index, and per packet its output port and gateway.
+    /// Packets routed to a port, by index, and per packet its output port.
     pub routed: [u16; MAX_BURST],
-    pub hop: [(u16, Option<IpAddr>); MAX_BURST],
-    /// Per packet, the next hop (route table value) it was routed by.
+    pub out: [u16; MAX_BURST],
+    /// Per packet, the next hop (route table value) it was routed by: its gateway, if
+    /// any, is that entry's ([`NextHopEntry::Port`](crate::snapshot::NextHopEntry)).
+    /// Packets switched or tracked out of a port without a route have none
+    /// ([`NO_NEXT_HOP`]).
     pub nh: [u32; MAX_BURST],
     /// The packets an ACL table classifies in one batch.
     pub(super) members: [u16; MAX_BURST],
@@ -69,8 +74,8 @@ impl Default for Scratch {
             switched: [0; MAX_BURST],
             n_switched: 0,
             routed: [0; MAX_BURST],
-            hop: [(0, None); MAX_BURST],
-            nh: [0; MAX_BURST],
+            out: [0; MAX_BURST],
+            nh: [NO_NEXT_HOP; MAX_BURST],
             members: [0; MAX_BURST],
             ct: [CtMark::None; MAX_BURST],
             hash: [KeyHash::default(); MAX_BURST],
@@ -169,7 +174,7 @@ pub(crate) mod testing {
     use crate::snapshot::{Neighbor, NextHopEntry, PortRole};
     use crate::wire::{checksum, EthernetAddress};
     use rustc_hash::FxHashMap;
-    use std::net::Ipv4Addr;
+    use std::net::{IpAddr, Ipv4Addr};
     use std::sync::Arc;
 
     pub const POD: u16 = 0;
@@ -480,7 +485,8 @@ pub(crate) mod testing {
         for i in 0..b.n {
             b.s.parsed[i] = super::super::parse(b.frames.frame(i), 0).expect("parses");
             b.s.routed[i] = i as u16;
-            b.s.hop[i] = (port, None);
+            b.s.out[i] = port;
+            b.s.nh[i] = NO_NEXT_HOP;
         }
         b.n_routed = b.n;
     }

@@ -554,7 +554,7 @@ pub fn commit<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
             if s.ct[i] != CtMark::None {
                 continue;
             }
-            if let Some(output) = snap.ports.get(usize::from(s.hop[i].0)) {
+            if let Some(output) = snap.ports.get(usize::from(s.out[i])) {
                 s.snat[i] = prefetch_snat(
                     snap,
                     ct,
@@ -571,7 +571,7 @@ pub fn commit<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
     let mut kept = 0usize;
     for k in 0..b.n_routed {
         let i = usize::from(s.routed[k]);
-        let out = s.hop[i].0;
+        let out = s.out[i];
         let Some(output) = snap.ports.get(usize::from(out)) else {
             b.actions[i] = Action::Drop(DropReason::NoRoute);
             continue;
@@ -619,7 +619,7 @@ pub(super) fn commit_switched<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F
             ..
         } = s.ct[i]
         {
-            if !reply_recheck(snap, ct, b.in_port, s.hop[i].0, id, b.t) {
+            if !reply_recheck(snap, ct, b.in_port, s.out[i], id, b.t) {
                 b.actions[i] = Action::Drop(DropReason::AclDeny);
                 continue;
             }
@@ -1070,7 +1070,8 @@ mod tests {
         for k in 0..b.n_ok {
             let i = b.s.ok[k];
             b.s.routed[k] = i;
-            b.s.hop[usize::from(i)] = (out, None);
+            b.s.out[usize::from(i)] = out;
+            b.s.nh[usize::from(i)] = crate::pipeline::burst::NO_NEXT_HOP;
             b.s.reflect[usize::from(i)] = true;
         }
         b.n_routed = b.n_ok;

@@ -14,7 +14,7 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
     let mut kept = 0usize;
     for k in 0..b.n_routed {
         let i = s.routed[k];
-        let Some(output) = snap.ports.get(usize::from(s.hop[usize::from(i)].0)) else {
+        let Some(output) = snap.ports.get(usize::from(s.out[usize::from(i)])) else {
             b.actions[usize::from(i)] = Action::Drop(DropReason::NoRoute);
             continue;
         };

@@ -7,7 +7,7 @@
 use super::burst::Burst;
 use super::{trace, Action, Frames, Parsed, Punt, Stage, Tracer};
 use crate::counters::DropReason;
-use crate::snapshot::{PortRole, Snapshot};
+use crate::snapshot::{NextHopEntry, PortRole, Snapshot};
 use crate::wire::{EthernetAddress, EthernetFrame, Ipv4Packet, Ipv6Packet};
 use std::net::IpAddr;
 
@@ -17,12 +17,10 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
     let (snap, s) = (b.snap, &*b.s);
     for &i in &s.routed[..b.n_routed] {
         let i = usize::from(i);
-        let (out, via) = s.hop[i];
         b.actions[i] = finish(
             snap,
             &s.parsed[i],
-            out,
-            via,
+            s.out[i],
             s.nh[i],
             b.frames.frame_mut(i),
             b.t,
@@ -30,14 +28,13 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
     }
 }
 
-/// Neighbour and rewrite of a packet routed to port `out`.
+/// Neighbour and rewrite of a packet routed to port `out` by next hop `nh`
+/// ([`NO_NEXT_HOP`](super::burst::NO_NEXT_HOP): none).
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 fn finish<T: Tracer>(
     snap: &Snapshot,
     parsed: &Parsed,
     out: u16,
-    via: Option<IpAddr>,
     nh: u32,
     frame: &mut [u8],
     t: &mut T,
@@ -45,7 +42,21 @@ fn finish<T: Tracer>(
     let Some(out_port) = snap.ports.get(usize::from(out)) else {
         return Action::Drop(DropReason::NoRoute);
     };
-    // neighbour
+    // neighbour: first the route's gateway resolved when the generation was built (the
+    // common case: no look at the next hop entry itself).
+    if let Some(Some(mac)) = snap.nh_mac.get(nh as usize) {
+        trace!(
+            t,
+            Stage::Neighbor,
+            "{} is {}",
+            gateway(snap, nh).map_or_else(|| "?".into(), |g| g.to_string()),
+            mac
+        );
+        rewrite(frame, parsed, out_port.mac, *mac);
+        trace_rewrite(t, out_port.mac, *mac, parsed);
+        return Action::Forward { port: out };
+    }
+    let via = gateway(snap, nh);
     let next_mac: EthernetAddress = match (out_port.role, via) {
         (PortRole::Pod, None) => match out_port.pod_mac {
             Some(mac) => {
@@ -62,12 +73,6 @@ fn finish<T: Tracer>(
                 return Action::Drop(DropReason::NoNeighbour);
             }
         },
-        (_, Some(gw)) if matches!(snap.nh_mac.get(nh as usize), Some(Some(_))) => {
-            // The route's gateway, resolved when the generation was built.
-            let mac = snap.nh_mac[nh as usize].unwrap_or(EthernetAddress([0; 6]));
-            trace!(t, Stage::Neighbor, "{} is {}", gw, mac);
-            mac
-        }
         (_, via) => {
             let target = via.unwrap_or_else(|| parsed.key.dst_ip());
             // The neighbour is in the output port's network (the packet's, except for a
@@ -95,17 +100,35 @@ fn finish<T: Tracer>(
         }
     };
 
-    // rewrite
     rewrite(frame, parsed, out_port.mac, next_mac);
+    trace_rewrite(t, out_port.mac, next_mac, parsed);
+    Action::Forward { port: out }
+}
+
+/// The gateway of next hop `nh`: `None` when it is on-link or there is none.
+#[inline(always)]
+fn gateway(snap: &Snapshot, nh: u32) -> Option<IpAddr> {
+    match snap.next_hop(nh) {
+        Some(&NextHopEntry::Port { via, .. }) => via,
+        _ => None,
+    }
+}
+
+#[inline(always)]
+fn trace_rewrite<T: Tracer>(
+    t: &mut T,
+    src: EthernetAddress,
+    dst: EthernetAddress,
+    parsed: &Parsed,
+) {
     trace!(
         t,
         Stage::Rewrite,
         "src mac {}, dst mac {}, ttl {}",
-        out_port.mac,
-        next_mac,
+        src,
+        dst,
         parsed.ttl - 1
     );
-    Action::Forward { port: out }
 }
 
 /// Decrements TTL / hop limit (IPv4 checksum updated incrementally) and sets the MACs.
@@ -129,6 +152,7 @@ mod tests {
     use super::super::burst::testing::{
         self, GW_MAC, POD, POD_MAC, ROUTER_MAC, UPLINK, UPLINK_MAC,
     };
+    use super::super::burst::NO_NEXT_HOP;
     use super::*;
     use crate::wire::checksum;
     use std::net::Ipv4Addr;
@@ -142,15 +166,13 @@ mod tests {
             testing::udp4(GW_MAC, [192, 0, 2, 77], 64, 10),
         ];
         let ((), actions) = testing::with_burst(&snap, &mut frames, |b| {
-            let hops = [
-                (UPLINK, Some(IpAddr::V4(testing::ROUTER)), 1),
-                (POD, None, 0),
-                (UPLINK, None, 1),
-            ];
-            for (i, (out, via, nh)) in hops.into_iter().enumerate() {
+            // Via the router (next hop 1), to the pod (0), out of the uplink with no
+            // next hop (on-link).
+            let hops = [(UPLINK, 1), (POD, 0), (UPLINK, NO_NEXT_HOP)];
+            for (i, (out, nh)) in hops.into_iter().enumerate() {
                 b.s.parsed[i] = super::super::parse(b.frames.frame(i), 0).expect("parses");
                 b.s.routed[i] = i as u16;
-                b.s.hop[i] = (out, via);
+                b.s.out[i] = out;
                 b.s.nh[i] = nh;
             }
             b.n_routed = b.n;

@@ -139,8 +139,8 @@ fn route_all<F: Frames + ?Sized, T: Tracer, const NETWORKS: bool>(
             frames.frame_mut(i),
             t,
         ) {
-            Ok((out, via, nh)) => {
-                s.hop[i] = (out, via);
+            Ok((out, nh)) => {
+                s.out[i] = out;
                 s.nh[i] = nh;
                 s.routed[n_routed] = i as u16;
                 n_routed += 1;
@@ -175,9 +175,8 @@ fn v4_octets(mapped: &[u8; 16]) -> [u8; 4] {
 }
 
 /// Route, given the looked-up next hop (in the packet's network,
-/// `parsed.key.network`): `Ok((output port, gateway, next hop))` for a packet to send
-/// on (the next hop `nh`, or a source route table's), else the action that ends its
-/// path here.
+/// `parsed.key.network`): `Ok((output port, next hop))` for a packet to send on (the
+/// next hop `nh`, or a source route table's), else the action that ends its path here.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn route<T: Tracer, const NETWORKS: bool>(
@@ -189,7 +188,7 @@ fn route<T: Tracer, const NETWORKS: bool>(
     nh: u32,
     frame: &mut [u8],
     t: &mut T,
-) -> Result<(u16, Option<IpAddr>, u32), Action> {
+) -> Result<(u16, u32), Action> {
     let dst = parsed.key.dst_ip();
     let network = parsed.key.network;
     let Some(entry) = (nh != lpm::NO_ROUTE).then(|| snap.next_hop(nh)).flatten() else {
@@ -257,7 +256,7 @@ fn route<T: Tracer, const NETWORKS: bool>(
         via.map(|v| format!(" via {v}"))
             .unwrap_or_else(|| " (on-link)".into())
     );
-    Ok((out, via, nh))
+    Ok((out, nh))
 }
 
 /// The source route table (an ENI's, `eni-<k>`) a packet routed by the main table to
@@ -267,7 +266,7 @@ fn route<T: Tracer, const NETWORKS: bool>(
 /// on the main table, and so does masqueraded traffic: it leaves by the main table
 /// (the primary ENI) with the node IP as its source, as the AWS VPC CNI does, because
 /// EC2 drops a packet whose source is not an address of the ENI it leaves by. Returns
-/// the table's default route: `(its port, its gateway, its next hop)`.
+/// the table's default route: `(its port, its next hop)`.
 #[allow(clippy::too_many_arguments)]
 #[inline(never)]
 fn by_source<T: Tracer>(
@@ -280,7 +279,7 @@ fn by_source<T: Tracer>(
     ct: Option<&Conntrack>,
     frame: &[u8],
     t: &mut T,
-) -> Option<(u16, Option<IpAddr>, u32)> {
+) -> Option<(u16, u32)> {
     if parsed.is_ipv6() || input.role != PortRole::Pod {
         return None;
     }
@@ -327,7 +326,7 @@ fn by_source<T: Tracer>(
             .map_or("?", |p| p.name.as_str()),
         via.map(|v| format!(" via {v}")).unwrap_or_default()
     );
-    Some((port, via, table.nh))
+    Some((port, table.nh))
 }
 
 /// The checks of a packet routed to `output` when the snapshot has more than one
@@ -437,7 +436,7 @@ fn locked<T: Tracer>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::burst::testing::{self, GW_MAC, POD, ROUTER, UPLINK};
+    use super::super::burst::testing::{self, GW_MAC, POD, UPLINK};
     use super::*;
 
     #[test]
@@ -453,13 +452,17 @@ mod tests {
                 testing::parse_all(b);
                 stage(b);
                 let routed = b.s.routed[..b.n_routed].to_vec();
-                let hops: Vec<_> = routed.iter().map(|&i| b.s.hop[usize::from(i)]).collect();
+                let hops: Vec<_> = routed
+                    .iter()
+                    .map(|&i| (b.s.out[usize::from(i)], b.s.nh[usize::from(i)]))
+                    .collect();
                 (routed, hops)
             })
         };
         let ((routed, hops), actions) = run(&snap, &mut frames);
         assert_eq!(routed, [0, 2]);
-        assert_eq!(hops, [(UPLINK, Some(IpAddr::V4(ROUTER))), (POD, None)]);
+        // Next hop 1 is the default route via the router, 0 the pod's.
+        assert_eq!(hops, [(UPLINK, 1), (POD, 0)]);
         assert_eq!(actions[1], Action::Drop(DropReason::Blackhole));
 
         // Without a route: an ICMP error to the sender.

@@ -373,7 +373,8 @@ pub fn policy<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
             }
             _ => continue,
         };
-        s.hop[usize::from(i)] = (out, None);
+        s.out[usize::from(i)] = out;
+        s.nh[usize::from(i)] = super::burst::NO_NEXT_HOP;
         s.routed[n] = i;
         n += 1;
     }
