@@ -16,7 +16,7 @@ use crate::wire::{EthernetAddress, EthernetFrame};
 use std::net::IpAddr;
 
 /// How many packets ahead the stage prefetches.
-const PREFETCH_AHEAD: usize = 4;
+pub(super) const PREFETCH_AHEAD: usize = 4;
 
 /// The stage: parse, l2 and (pod ports) port security for every frame of the burst,
 /// which also clears each packet's per-burst marks (conntrack, SNAT hint, `reflect`).
@@ -50,31 +50,45 @@ fn routed<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
         s.ct[i] = CtMark::None;
         s.snat[i] = SnatHint::None;
         s.reflect[i] = false;
-        match front(snap, port, pod, b.frames.frame_mut(i), b.t) {
-            Ok(parsed) => {
-                s.parsed[i] = parsed;
-                // Port security: from a pod port, only what the pod sends as itself
-                // goes on (checked on the stored headers, which keeps `front` as lean
-                // as without it).
-                if pod {
-                    let frame = b.frames.frame(i);
-                    if let Err(reason) = port_security::check(port, &s.parsed[i], frame, b.t) {
-                        *action = Action::Drop(reason);
-                        continue;
-                    }
-                }
-                s.ok[n_ok] = i as u16;
-                n_ok += 1;
-            }
-            Err(a) => *action = a,
+        let frame = b.frames.frame_mut(i);
+        if routed_frame(snap, port, pod, frame, &mut s.parsed[i], action, b.t) {
+            s.ok[n_ok] = i as u16;
+            n_ok += 1;
         }
     }
     b.n_ok = n_ok;
 }
 
-/// Parse and l2 on a routed port: `Ok(parsed)` when the packet goes on (to port
-/// security on a pod port, `pod`, then conntrack, local and ttl), else the action that
-/// ends its path here (ARP is answered here, from a pod port once port security
+/// Parse, l2 and (on a pod port, `pod`) port security of one frame on a routed port:
+/// whether it goes on, its headers in `parsed`; else its verdict is in `action`.
+#[inline(always)]
+pub(super) fn routed_frame<T: Tracer>(
+    snap: &Snapshot,
+    port: &PortState,
+    pod: bool,
+    frame: &mut [u8],
+    parsed: &mut Parsed,
+    action: &mut Action,
+    t: &mut T,
+) -> bool {
+    if let Err(a) = front(snap, port, pod, frame, parsed, t) {
+        *action = a;
+        return false;
+    }
+    // Port security: from a pod port, only what the pod sends as itself goes on
+    // (checked on the stored headers, which keeps `front` as lean as without it).
+    if pod {
+        if let Err(reason) = port_security::check(port, parsed, frame, t) {
+            *action = Action::Drop(reason);
+            return false;
+        }
+    }
+    true
+}
+
+/// Parse (into `parsed`) and l2 on a routed port: `Ok` when the packet goes on (to
+/// port security on a pod port, `pod`, then conntrack, local and ttl), else the action
+/// that ends its path here (ARP is answered here, from a pod port once port security
 /// accepts it).
 #[inline(always)]
 fn front<T: Tracer>(
@@ -82,26 +96,24 @@ fn front<T: Tracer>(
     port: &PortState,
     pod: bool,
     frame: &mut [u8],
+    parsed: &mut Parsed,
     t: &mut T,
-) -> Result<Parsed, Action> {
-    let parsed = match parse::parse(frame, port.network) {
-        Ok(p) => p,
-        Err(reason) => {
-            trace!(
-                t,
-                Stage::Parse,
-                "{} byte frame: {}",
-                frame.len(),
-                reason.name()
-            );
-            return Err(Action::Drop(reason));
-        }
-    };
+) -> Result<(), Action> {
+    if let Err(reason) = parse::parse_into(frame, port.network, parsed) {
+        trace!(
+            t,
+            Stage::Parse,
+            "{} byte frame: {}",
+            frame.len(),
+            reason.name()
+        );
+        return Err(Action::Drop(reason));
+    }
     trace!(t, Stage::Parse, "{}", parsed);
 
     // l2: frames must be for us: our MAC, broadcast (ARP), or IPv6 multicast (ND).
     let dst_mac = EthernetFrame::new_unchecked(&*frame).dst_addr();
-    if !(dst_mac == port.mac || routed_accepts(dst_mac, &parsed)) {
+    if !(dst_mac == port.mac || routed_accepts(dst_mac, parsed)) {
         trace!(
             t,
             Stage::L2,
@@ -128,7 +140,7 @@ fn front<T: Tracer>(
         }
         return Err(local::arp(port, frame, t));
     }
-    Ok(parsed)
+    Ok(())
 }
 
 /// [`stage`] on a segment member: the loop, then the learning pass.

@@ -14,12 +14,16 @@
 //! global table on uplinks) → [`mtu`] → [`ct`] commit (new connections, masquerade) →
 //! [`neighbor`] (neighbour and rewrite) → [`ct`] close (connections the changed ACLs
 //! deny). The ct stages run when the caller passes its
-//! [`Conntrack`](crate::conntrack::Conntrack) and there is something to track.
+//! [`Conntrack`](crate::conntrack::Conntrack) and there is something to track. When
+//! there is nothing but routing to apply, [`fast`] takes the plain IPv4 packets from
+//! parse to rewrite in two passes of its own, in place of l2, and leaves the rest to
+//! the stages.
 
 pub mod acl;
 pub mod burst;
 pub mod ct;
 pub mod dns;
+pub mod fast;
 pub mod icmp_error;
 pub mod l2;
 pub mod local;
@@ -259,7 +263,11 @@ pub fn process_burst<F: Frames + ?Sized, T: Tracer>(
     let Some(mut b) = Burst::new(snap, in_port, frames, actions, s, ct, t) else {
         return;
     };
-    l2::stage(&mut b);
+    if fast::applies(&b) {
+        fast::stage(&mut b);
+    } else {
+        l2::stage(&mut b);
+    }
     ct::lookup(&mut b);
     ttl::stage(&mut b);
     acl::ingress(&mut b);

@@ -132,19 +132,36 @@ fn trace_rewrite<T: Tracer>(
 }
 
 /// Decrements TTL / hop limit (IPv4 checksum updated incrementally) and sets the MACs.
-#[inline]
+/// Inlined, on views of a known length (the first 20 bytes of the IPv4 header hold
+/// TTL, protocol and checksum whatever its options): no bounds check per field.
+#[inline(always)]
 pub fn rewrite(frame: &mut [u8], parsed: &Parsed, src: EthernetAddress, dst: EthernetAddress) {
     let l3 = parsed.l3_offset;
-    if parsed.is_ipv6() {
-        let mut ip = Ipv6Packet::new_unchecked(&mut frame[l3..]);
-        let hl = ip.hop_limit();
-        ip.set_hop_limit(hl.saturating_sub(1));
-    } else {
-        Ipv4Packet::new_unchecked(&mut frame[l3..]).decrement_ttl();
+    if !parsed.is_ipv6() {
+        return rewrite_v4(frame, l3, src, dst);
     }
-    let mut eth = EthernetFrame::new_unchecked(frame);
-    eth.set_src_addr(src);
-    eth.set_dst_addr(dst);
+    let mut ip = Ipv6Packet::new_unchecked(&mut frame[l3..]);
+    let hl = ip.hop_limit();
+    ip.set_hop_limit(hl.saturating_sub(1));
+    set_macs(frame, src, dst);
+}
+
+/// [`rewrite`] of an IPv4 packet whose header is at `l3`.
+#[inline(always)]
+pub(super) fn rewrite_v4(frame: &mut [u8], l3: usize, src: EthernetAddress, dst: EthernetAddress) {
+    if let Some(header) = frame.get_mut(l3..).and_then(|h| h.first_chunk_mut::<20>()) {
+        Ipv4Packet::new_unchecked(header).decrement_ttl();
+    }
+    set_macs(frame, src, dst);
+}
+
+#[inline(always)]
+fn set_macs(frame: &mut [u8], src: EthernetAddress, dst: EthernetAddress) {
+    if let Some(macs) = frame.first_chunk_mut::<12>() {
+        let mut eth = EthernetFrame::new_unchecked(macs);
+        eth.set_src_addr(src);
+        eth.set_dst_addr(dst);
+    }
 }
 
 #[cfg(test)]

@@ -141,10 +141,19 @@ fn l4_ports(proto: IpProtocol, l4: &[u8], v6: bool) -> Result<(u16, u16), DropRe
 /// Parses an Ethernet frame received in `network`.
 #[inline(always)]
 pub fn parse(frame: &[u8], network: u16) -> Result<Parsed, DropReason> {
+    let mut p = Parsed::EMPTY;
+    parse_into(frame, network, &mut p)?;
+    Ok(p)
+}
+
+/// [`parse`] into `p` (the burst's array: no copy of the result); on an error `p` holds
+/// whatever was parsed before it.
+#[inline(always)]
+pub fn parse_into(frame: &[u8], network: u16, p: &mut Parsed) -> Result<(), DropReason> {
     let eth = EthernetFrame::new_checked(frame).map_err(bad)?;
     let ethertype = eth.ethertype();
     let l3_offset = ethernet::HEADER_LEN;
-    let mut p = Parsed {
+    *p = Parsed {
         ethertype,
         l3_offset,
         l3_len: 0,
@@ -161,7 +170,7 @@ pub fn parse(frame: &[u8], network: u16) -> Result<Parsed, DropReason> {
     match ethertype {
         EtherType::ARP => {
             wire::ArpPacket::new_checked(l3).map_err(bad)?;
-            Ok(p)
+            Ok(())
         }
         EtherType::IPV4 => {
             let ip = Ipv4Packet::new_checked(l3).map_err(bad)?;
@@ -180,7 +189,7 @@ pub fn parse(frame: &[u8], network: u16) -> Result<Parsed, DropReason> {
                 l4_ports(proto, ip.payload(), false)?
             };
             p.key = FlowKey::v4(network, proto.0, ip.src_addr(), ip.dst_addr(), sport, dport);
-            Ok(p)
+            Ok(())
         }
         EtherType::IPV6 => {
             let ip = Ipv6Packet::new_checked(l3).map_err(bad)?;
@@ -204,7 +213,7 @@ pub fn parse(frame: &[u8], network: u16) -> Result<Parsed, DropReason> {
                 sport,
                 dport,
             );
-            Ok(p)
+            Ok(())
         }
         t if t.is_vlan() => Err(DropReason::VlanTagged),
         _ => Err(DropReason::NotIp),
