@@ -177,6 +177,15 @@ impl Lpm4 {
         }
     }
 
+    /// Hints that the lookup of `addr` will be made soon: its first table entry is
+    /// fetched while the caller gathers the rest of a batch.
+    #[inline(always)]
+    pub fn prefetch(&self, addr: u32) {
+        if let Some(e) = self.trie.root.entries.get((addr >> 8) as usize) {
+            crate::conntrack::prefetch(e);
+        }
+    }
+
     /// Number of routes.
     pub fn len(&self) -> usize {
         self.rules.len()

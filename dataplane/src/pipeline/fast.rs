@@ -14,10 +14,9 @@
 use super::burst::Burst;
 use super::l2::{routed_frame, PREFETCH_AHEAD};
 use super::neighbor::rewrite_v4;
-use super::{Action, Frames, Tracer, MAX_BURST};
+use super::{Action, Frames, Tracer};
 use crate::acl::table::Direction;
-use crate::lpm;
-use crate::snapshot::{NextHopEntry, PodSources, PortRole, PortState, Snapshot};
+use crate::snapshot::{NextHopEntry, PodSources, PortRole, PortState};
 use crate::wire::{checksum, EthernetAddress};
 use std::net::Ipv4Addr;
 
@@ -26,15 +25,6 @@ const HEADERS: usize = 14 + 20;
 /// IP protocol numbers the lane takes.
 const TCP: u8 = 6;
 const UDP: u8 = 17;
-
-/// The lane's per-burst arrays (on the stack: 3 KiB at the largest burst).
-struct Lane {
-    /// Packets in the lane, by index, and their IPv4 destinations and next hops.
-    index: [u16; MAX_BURST],
-    dst: [u32; MAX_BURST],
-    nh: [u32; MAX_BURST],
-    n: usize,
-}
 
 /// Whether the lane applies to burst `b`: nothing but routing to apply on its port and
 /// outputs (see the module documentation). Traces always take the stages (they record
@@ -51,10 +41,10 @@ pub fn applies<F: Frames + ?Sized, T: Tracer>(b: &Burst<'_, F, T>) -> bool {
         && !snap.acl.any_egress
         && snap.acl.attached(b.in_port, Direction::Ingress).is_none()
         && snap.switching.port(b.in_port).is_none()
-        && !snap
+        && snap
             .dns
             .as_deref()
-            .is_some_and(|d| d.ports.get(usize::from(b.in_port)) == Some(&true))
+            .is_none_or(|d| d.ports.get(usize::from(b.in_port)) != Some(&true))
 }
 
 /// The stage in place of [`l2::stage`](super::l2::stage) when the lane [`applies`]:
@@ -64,12 +54,10 @@ pub fn applies<F: Frames + ?Sized, T: Tracer>(b: &Burst<'_, F, T>) -> bool {
 pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
     let (snap, port, s) = (b.snap, b.port, &mut *b.s);
     let pod = port.role == PortRole::Pod;
-    let mut lane = Lane {
-        index: [0; MAX_BURST],
-        dst: [0; MAX_BURST],
-        nh: [0; MAX_BURST],
-        n: 0,
-    };
+    let lpm4 = &*snap.networks[usize::from(port.network)].lpm4;
+    // The lane's packets by index, their destinations and next hops: the route
+    // stage's arrays, free until it runs.
+    let mut n_lane = 0usize;
     s.ct[..b.n].fill(super::ct::CtMark::None);
     s.snat[..b.n].fill(super::ct::SnatHint::None);
     s.reflect[..b.n].fill(false);
@@ -81,9 +69,10 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
         b.frames.prefetch(i + PREFETCH_AHEAD);
         let frame = b.frames.frame_mut(i);
         if let Some(dst) = plain(port, pod, frame) {
-            lane.index[lane.n] = i as u16;
-            lane.dst[lane.n] = dst;
-            lane.n += 1;
+            lpm4.prefetch(dst);
+            s.pending4[n_lane] = i as u16;
+            s.dst4[n_lane] = dst;
+            n_lane += 1;
         } else if routed_frame(
             snap,
             port,
@@ -97,15 +86,18 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
             n_ok += 1;
         }
     }
-    let net = &snap.networks[usize::from(port.network)];
-    net.lpm4
-        .lookup_batch(&lane.dst[..lane.n], &mut lane.nh[..lane.n]);
-    for k in 0..lane.n {
-        let i = usize::from(lane.index[k]);
+    lpm4.lookup_batch(&s.dst4[..n_lane], &mut s.nh4[..n_lane]);
+    let hops = Hops {
+        entries: &snap.next_hops,
+        macs: &snap.nh_mac,
+        ports: &snap.ports,
+    };
+    for k in 0..n_lane {
+        let i = usize::from(s.pending4[k]);
         let frame = b.frames.frame_mut(i);
         // The IP length, checked against the output's MTU (the frame may be padded).
         let total = usize::from(u16::from_be_bytes([frame[16], frame[17]]));
-        match resolved(snap, lane.nh[k], total) {
+        match hops.resolved(s.nh4[k], total) {
             Some((out, src, dst)) => {
                 rewrite_v4(frame, 14, src, dst);
                 b.actions[i] = Action::Forward { port: out };
@@ -179,31 +171,33 @@ fn plain(port: &PortState, pod: bool, frame: &[u8]) -> Option<u32> {
     Some(dst)
 }
 
-/// Where next hop `nh` sends a lane packet of `ip_len` bytes of IP, when it is a port
-/// whose MTU the packet fits and the MAC to send to is known: `(output port, source
-/// MAC, destination MAC)`.
-#[inline(always)]
-fn resolved(
-    snap: &Snapshot,
-    nh: u32,
-    ip_len: usize,
-) -> Option<(u16, EthernetAddress, EthernetAddress)> {
-    if nh == lpm::NO_ROUTE {
-        return None;
+/// The snapshot's next hops as the lane reads them (loaded once per burst).
+struct Hops<'a> {
+    entries: &'a [NextHopEntry],
+    macs: &'a [Option<EthernetAddress>],
+    ports: &'a [PortState],
+}
+
+impl Hops<'_> {
+    /// Where next hop `nh` sends a lane packet of `ip_len` bytes of IP, when it is a
+    /// port whose MTU the packet fits and the MAC to send to is known: `(output port,
+    /// source MAC, destination MAC)`.
+    #[inline(always)]
+    fn resolved(&self, nh: u32, ip_len: usize) -> Option<(u16, EthernetAddress, EthernetAddress)> {
+        let Some(&NextHopEntry::Port { port: out, via }) = self.entries.get(nh as usize) else {
+            return None;
+        };
+        let output = self.ports.get(usize::from(out))?;
+        if ip_len > usize::from(output.mtu) {
+            return None;
+        }
+        let mac = match self.macs.get(nh as usize) {
+            Some(&Some(mac)) => mac,
+            _ if output.role == PortRole::Pod && via.is_none() => output.pod_mac?,
+            _ => return None,
+        };
+        Some((out, output.mac, mac))
     }
-    let Some(&NextHopEntry::Port { port: out, via }) = snap.next_hop(nh) else {
-        return None;
-    };
-    let output = snap.ports.get(usize::from(out))?;
-    if ip_len > usize::from(output.mtu) {
-        return None;
-    }
-    let mac = match snap.nh_mac.get(nh as usize) {
-        Some(&Some(mac)) => mac,
-        _ if output.role == PortRole::Pod && via.is_none() => output.pod_mac?,
-        _ => return None,
-    };
-    Some((out, output.mac, mac))
 }
 
 #[cfg(test)]
@@ -212,7 +206,9 @@ mod tests {
     use super::super::{process_burst, NoTrace, Recorder, Scratch};
     use super::*;
     use crate::counters::DropReason;
+    use crate::lpm;
     use crate::snapshot::DnsIntercept;
+    use crate::snapshot::Snapshot;
     use rand::prelude::*;
     use std::net::IpAddr;
     use std::sync::Arc;
@@ -442,8 +438,13 @@ mod tests {
         );
         assert_eq!(plain(port, true, &echo), None, "ICMP takes the stages");
         // A resolved gateway, the pod on-link, a blackhole, an unresolved neighbour.
+        let hops = Hops {
+            entries: &snap.next_hops,
+            macs: &snap.nh_mac,
+            ports: &snap.ports,
+        };
         assert_eq!(
-            resolved(&snap, 1, 100),
+            hops.resolved(1, 100),
             Some((
                 UPLINK,
                 EthernetAddress(UPLINK_MAC),
@@ -451,13 +452,13 @@ mod tests {
             ))
         );
         assert_eq!(
-            resolved(&snap, 0, 100),
+            hops.resolved(0, 100),
             Some((POD, EthernetAddress(GW_MAC), EthernetAddress(POD_MAC)))
         );
-        assert_eq!(resolved(&snap, 1, 1401), None, "over the uplink's MTU");
-        assert_eq!(resolved(&snap, 2, 100), None);
-        assert_eq!(resolved(&snap, 3, 100), None);
-        assert_eq!(resolved(&snap, lpm::NO_ROUTE, 100), None);
+        assert_eq!(hops.resolved(1, 1401), None, "over the uplink's MTU");
+        assert_eq!(hops.resolved(2, 100), None);
+        assert_eq!(hops.resolved(3, 100), None);
+        assert_eq!(hops.resolved(lpm::NO_ROUTE, 100), None);
         let _ = ROUTER;
     }
 
