@@ -564,7 +564,7 @@ impl CtPart {
             s.ct[i] = CtMark::None;
             s.snat[i] = SnatHint::None;
             s.reflect[i] = self.reflect;
-            s.hop[i] = (out, None);
+            s.out[i] = out;
         }
         b.n_ok = b.n;
         stage_ct_lookup(&mut b);

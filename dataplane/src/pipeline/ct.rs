@@ -531,7 +531,7 @@ fn snat_hint(
 }
 
 /// The commit and NAT stage, after mtu, over the packets `s.routed` lists (each about to
-/// leave through the port `s.hop` names): first the SNAT hint of every first packet of
+/// leave through the port `s.out` names): first the SNAT hint of every first packet of
 /// a masqueraded connection ([`prefetch_snat`]), so that the burst's allocation probes
 /// overlap; then, packet by packet and in order, a reply of a connection the changed
 /// ACLs have not checked yet is re-checked ([`reply_recheck`]; denied: dropped as
@@ -600,7 +600,7 @@ pub fn commit<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
 }
 
 /// [`commit`] for switched frames ([`switch::policy`](super::switch::policy)), listed
-/// in `s.routed` with their output port in `s.hop` (`u16::MAX` for a flood): replies
+/// in `s.routed` with their output port in `s.out` (`u16::MAX` for a flood): replies
 /// of connections the ACLs changed under re-checked, connections opened for `reflect`
 /// permits — never a masquerade: a switched frame stays as it was sent.
 #[inline(never)]

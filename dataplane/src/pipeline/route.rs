@@ -2,7 +2,7 @@
 //! packet of that network left (prefetching the table); IPv6 packets, and packets of
 //! another network (replies translated back into a user-defined network), one by one in
 //! their own network; then each packet's next hop — a port (listed in `s.routed` with
-//! its output port and gateway in `s.hop` and the next hop in `s.nh`), a blackhole, an
+//! its output port in `s.out` and the next hop in `s.nh`), a blackhole, an
 //! isolated destination, one of Ferrule's addresses (answered here), or no route (an
 //! ICMP error). A route to a port of another network than the packet's is a crossing,
 //! allowed only for a user-defined network's masqueraded egress through an uplink of
