@@ -303,7 +303,10 @@ pub struct Snapshot {
     pub neighbors: Arc<FxHashMap<(u16, IpAddr), Neighbor>>,
     /// Per next hop (as indexed in `next_hops`), the MAC of its gateway when the route
     /// has one and it is resolved: the neighbour stage's answer without a hash lookup.
-    /// Empty or `None`: look `neighbors` up.
+    /// Empty or `None`: look `neighbors` up. Built only by [`Snapshot::resolve_gateways`]:
+    /// `Some` only for a `Port` next hop with a gateway (`via`), which the neighbour
+    /// stage and the plain lane rely on (an on-link next hop to a pod takes the pod's
+    /// MAC, never an entry of this table).
     pub nh_mac: Arc<Vec<Option<EthernetAddress>>>,
     /// ACL tables and their attachments.
     pub acl: Arc<AclTables>,

@@ -41,7 +41,7 @@ pub struct Scratch {
     pub out: [u16; MAX_BURST],
     /// Per packet, the next hop (route table value) it was routed by: its gateway, if
     /// any, is that entry's ([`NextHopEntry::Port`](crate::snapshot::NextHopEntry)).
-    /// Packets switched or tracked out of a port without a route have none
+    /// Packets sent out of a port without a route (switched) have none
     /// ([`NO_NEXT_HOP`]).
     pub nh: [u32; MAX_BURST],
     /// The packets an ACL table classifies in one batch.

@@ -9,7 +9,9 @@
 //! packet of the burst — and a lane packet whose next hop needs more than a rewrite
 //! (no route, a blackhole, an unresolved neighbour, too big for the output) — goes
 //! through the stages as if the lane did not exist; the verdicts and rewritten bytes
-//! are the stages' (the differential test below runs both over random bursts).
+//! are the stages' (the differential test below runs both over random bursts). A node
+//! that masquerades (an SNAT policy) or has `reflect` rules has conntrack active and
+//! never takes the lane: it is the route-only configuration's path.
 
 use super::burst::Burst;
 use super::l2::{routed_frame, PREFETCH_AHEAD};
@@ -17,14 +19,11 @@ use super::neighbor::rewrite_v4;
 use super::{Action, Frames, Tracer};
 use crate::acl::table::Direction;
 use crate::snapshot::{NextHopEntry, PodSources, PortRole, PortState};
-use crate::wire::{checksum, EthernetAddress};
+use crate::wire::{checksum, EthernetAddress, IpProtocol};
 use std::net::Ipv4Addr;
 
 /// Length of the headers the lane reads: Ethernet and an IPv4 header without options.
 const HEADERS: usize = 14 + 20;
-/// IP protocol numbers the lane takes.
-const TCP: u8 = 6;
-const UDP: u8 = 17;
 
 /// Whether the lane applies to burst `b`: nothing but routing to apply on its port and
 /// outputs (see the module documentation). Traces always take the stages (they record
@@ -48,8 +47,10 @@ pub fn applies<F: Frames + ?Sized, T: Tracer>(b: &Burst<'_, F, T>) -> bool {
 }
 
 /// The stage in place of [`l2::stage`](super::l2::stage) when the lane [`applies`]:
-/// lane packets get their verdict here; every other packet is parsed and checked as
-/// the l2 stage does and listed in `s.ok` for the stages after it.
+/// lane packets whose next hop is resolved get their verdict here; every other packet
+/// is parsed and checked as the l2 stage does and listed in `s.ok` for the stages
+/// after it. (`s.ok` is then not in burst order — the lane's packets that fall back
+/// come last —, which no stage minds without conntrack: its commit goes in order.)
 #[inline(always)]
 pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
     let (snap, port, s) = (b.snap, b.port, &mut *b.s);
@@ -134,20 +135,21 @@ fn plain(port: &PortState, pod: bool, frame: &[u8]) -> Option<u32> {
         return None;
     }
     let total = usize::from(u16::from_be_bytes([h[16], h[17]]));
-    // Flags and fragment offset: only DF may be set.
+    // Flags and fragment offset: neither more fragments nor an offset (DF and the
+    // reserved bit are left alone, as the parse stage leaves them).
     let fragment = u16::from_be_bytes([h[20], h[21]]) & 0x3fff != 0;
     if 14 + total > frame.len() || fragment || h[22] <= 1 {
         return None;
     }
     // The transport header as the parse stage checks it, within the IP payload.
     let payload = total.checked_sub(20)?;
-    let l4_ok = match h[23] {
-        UDP => {
+    let l4_ok = match IpProtocol(h[23]) {
+        IpProtocol::UDP => {
             let len = frame.get(38..40)?;
             let len = usize::from(u16::from_be_bytes([len[0], len[1]]));
             payload >= 8 && (8..=payload).contains(&len)
         }
-        TCP => {
+        IpProtocol::TCP => {
             let header = usize::from(*frame.get(46)? >> 4) * 4;
             payload >= 20 && (20..=payload).contains(&header)
         }
@@ -202,10 +204,13 @@ impl Hops<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::burst::testing::{self, GW_MAC, POD, POD_MAC, ROUTER, UPLINK, UPLINK_MAC};
+    use super::super::burst::testing::{self, GW_MAC, POD, POD_MAC, UPLINK, UPLINK_MAC};
     use super::super::{process_burst, NoTrace, Recorder, Scratch};
     use super::*;
-    use crate::counters::DropReason;
+    use crate::acl::rule::Action as RuleAction;
+    use crate::acl::table::{AclTables, Table};
+    use crate::acl::Rule;
+    use crate::counters::{DropReason, MAX_PORTS};
     use crate::lpm;
     use crate::snapshot::DnsIntercept;
     use crate::snapshot::Snapshot;
@@ -459,7 +464,6 @@ mod tests {
         assert_eq!(hops.resolved(2, 100), None);
         assert_eq!(hops.resolved(3, 100), None);
         assert_eq!(hops.resolved(lpm::NO_ROUTE, 100), None);
-        let _ = ROUTER;
     }
 
     #[test]
@@ -478,5 +482,85 @@ mod tests {
         snap.dns = None;
         snap.any_locked = true;
         assert!(!check(&snap), "a locked port");
+        snap.any_locked = false;
+        snap.source_routes = Some(Default::default());
+        assert!(!check(&snap), "source route tables");
+        snap.source_routes = None;
+        let mut two = snap.clone();
+        two.networks.push(two.networks[0].clone());
+        assert!(!check(&two), "two networks");
+        let table = |rules| {
+            let t = Table::compile("t".into(), rules, vec![0], 1).expect("compile");
+            vec![Arc::new(t)]
+        };
+        let permit = vec![Rule::any(RuleAction::Permit)];
+        let (mut ingress, mut egress) = ([None; MAX_PORTS], [None; MAX_PORTS]);
+        ingress[usize::from(POD)] = Some(0);
+        snap.acl = Arc::new(AclTables::new(
+            table(permit.clone()),
+            ingress,
+            egress,
+            None,
+            1,
+        ));
+        assert!(!check(&snap), "an ingress table on the port");
+        ingress[usize::from(POD)] = None;
+        egress[usize::from(UPLINK)] = Some(0);
+        snap.acl = Arc::new(AclTables::new(
+            table(permit.clone()),
+            ingress,
+            egress,
+            None,
+            1,
+        ));
+        assert!(!check(&snap), "an egress table on an output");
+        egress[usize::from(UPLINK)] = None;
+        snap.acl = Arc::new(AclTables::new(table(permit), ingress, egress, None, 1));
+        assert!(check(&snap), "a table attached nowhere");
+        // A tracer takes the stages.
+        let mut frames = vec![testing::udp4(GW_MAC, [8, 8, 8, 8], 64, 10)];
+        let mut actions = vec![Action::Drop(DropReason::Malformed)];
+        let mut s = Box::<Scratch>::default();
+        let mut rec = Recorder::default();
+        let b = Burst::new(
+            &snap,
+            POD,
+            frames.as_mut_slice(),
+            &mut actions,
+            &mut s,
+            None,
+            &mut rec,
+        )
+        .expect("the port exists");
+        assert!(!applies(&b), "tracing");
+    }
+
+    /// With conntrack active (an SNAT policy) the lane is off.
+    #[test]
+    fn conntrack_takes_the_stages() {
+        let snap = testing::udn_snapshot();
+        let cfg = crate::conntrack::CtConfig {
+            max_entries: 1024,
+            max_per_zone: 1024,
+            ..Default::default()
+        };
+        let mut ct =
+            crate::conntrack::Conntrack::new_in(&cfg, 0, 1, true, &crate::conntrack::NoAdvice);
+        let mut frames = vec![testing::udp4(GW_MAC, [8, 8, 8, 8], 64, 10)];
+        let mut actions = vec![Action::Drop(DropReason::Malformed)];
+        let mut s = Box::<Scratch>::default();
+        let mut t = NoTrace;
+        let b = Burst::new(
+            &snap,
+            POD,
+            frames.as_mut_slice(),
+            &mut actions,
+            &mut s,
+            Some(&mut ct),
+            &mut t,
+        )
+        .expect("the port exists");
+        assert!(b.ct.is_some(), "SNAT makes conntrack active");
+        assert!(!applies(&b));
     }
 }

@@ -105,58 +105,50 @@ fn input_v6<T: Tracer>(
     frame: &mut [u8],
     t: &mut T,
 ) -> Option<Action> {
-    let dst = parsed.key.dst_ip();
+    let dst = Ipv6Addr::from(parsed.key.dst);
     let proto = IpProtocol(parsed.key.proto);
-    {
-        // Neighbour discovery arrives on multicast too; handle it before the local check.
-        if proto == IpProtocol::ICMPV6 && parsed.l4_offset != 0 {
-            let icmp_type = frame.get(parsed.l4_offset).copied().unwrap_or(0);
-            if matches!(icmp_type, ICMPV6_NS | ICMPV6_NA) && parsed.ttl != 255 {
-                // RFC 4861 7.1.1/7.1.2: neighbour discovery from off-link is invalid.
-                trace!(
-                    t,
-                    Stage::Local,
-                    "neighbour discovery with hop limit {} (not 255) dropped",
-                    parsed.ttl
-                );
-                return Some(Action::Drop(DropReason::Malformed));
-            }
-            match icmp_type {
-                ICMPV6_NS => return Some(neighbor_solicit(port, parsed, frame, t)),
-                ICMPV6_NA => {
-                    trace!(t, Stage::Local, "neighbour advertisement to {}: learn", dst);
-                    return Some(Action::Punt(Punt::Learn));
-                }
-                ICMPV6_RS | ICMPV6_RA => {
-                    trace!(t, Stage::Local, "router solicitation/advertisement ignored");
-                    return Some(Action::Drop(DropReason::LocalUnhandled));
-                }
-                _ => {}
-            }
+    // Neighbour discovery arrives on multicast too; handle it before the local check.
+    if proto == IpProtocol::ICMPV6 && parsed.l4_offset != 0 {
+        let icmp_type = frame.get(parsed.l4_offset).copied().unwrap_or(0);
+        if matches!(icmp_type, ICMPV6_NS | ICMPV6_NA) && parsed.ttl != 255 {
+            // RFC 4861 7.1.1/7.1.2: neighbour discovery from off-link is invalid.
+            trace!(
+                t,
+                Stage::Local,
+                "neighbour discovery with hop limit {} (not 255) dropped",
+                parsed.ttl
+            );
+            return Some(Action::Drop(DropReason::Malformed));
         }
-        if let IpAddr::V6(a) = dst {
-            if a.is_multicast() {
-                trace!(t, Stage::Local, "multicast {} is not forwarded", a);
+        match icmp_type {
+            ICMPV6_NS => return Some(neighbor_solicit(port, parsed, frame, t)),
+            ICMPV6_NA => {
+                trace!(t, Stage::Local, "neighbour advertisement to {}: learn", dst);
+                return Some(Action::Punt(Punt::Learn));
+            }
+            ICMPV6_RS | ICMPV6_RA => {
+                trace!(t, Stage::Local, "router solicitation/advertisement ignored");
                 return Some(Action::Drop(DropReason::LocalUnhandled));
             }
-            if is_link_local(&a) && !port.owns_v6(a) {
-                trace!(
-                    t,
-                    Stage::Local,
-                    "link-local {} is not ours and not forwarded",
-                    a
-                );
-                return Some(Action::Drop(DropReason::NoRoute));
-            }
+            _ => {}
         }
     }
-    let owned = match dst {
-        IpAddr::V4(a) => port.owns_v4(a),
-        IpAddr::V6(a) => port.owns_v6(a),
-    };
+    if dst.is_multicast() {
+        trace!(t, Stage::Local, "multicast {} is not forwarded", dst);
+        return Some(Action::Drop(DropReason::LocalUnhandled));
+    }
+    if is_link_local(&dst) && !port.owns_v6(dst) {
+        trace!(
+            t,
+            Stage::Local,
+            "link-local {} is not ours and not forwarded",
+            dst
+        );
+        return Some(Action::Drop(DropReason::NoRoute));
+    }
     // Addresses owned on other ports are found by the route lookup (a `Local` next
     // hop), which then calls `answer`.
-    owned.then(|| answer(port, parsed, frame, t))
+    port.owns_v6(dst).then(|| answer(port, parsed, frame, t))
 }
 
 /// A packet to one of Ferrule's addresses: echo requests are answered in place, the

@@ -43,7 +43,8 @@ fn finish<T: Tracer>(
         return Action::Drop(DropReason::NoRoute);
     };
     // neighbour: first the route's gateway resolved when the generation was built (the
-    // common case: no look at the next hop entry itself).
+    // common case: no look at the next hop entry itself; `nh_mac` holds MACs of
+    // gateways only, so an on-link pod is never answered from it).
     if let Some(Some(mac)) = snap.nh_mac.get(nh as usize) {
         trace!(
             t,
@@ -149,6 +150,7 @@ pub fn rewrite(frame: &mut [u8], parsed: &Parsed, src: EthernetAddress, dst: Eth
 /// [`rewrite`] of an IPv4 packet whose header is at `l3`.
 #[inline(always)]
 pub(super) fn rewrite_v4(frame: &mut [u8], l3: usize, src: EthernetAddress, dst: EthernetAddress) {
+    debug_assert!(frame.len() >= l3 + 20, "a parsed IPv4 frame");
     if let Some(header) = frame.get_mut(l3..).and_then(|h| h.first_chunk_mut::<20>()) {
         Ipv4Packet::new_unchecked(header).decrement_ttl();
     }

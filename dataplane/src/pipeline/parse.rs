@@ -147,7 +147,7 @@ pub fn parse(frame: &[u8], network: u16) -> Result<Parsed, DropReason> {
 }
 
 /// [`parse`] into `p` (the burst's array: no copy of the result); on an error `p` holds
-/// whatever was parsed before it.
+/// nothing meaningful.
 #[inline(always)]
 pub fn parse_into(frame: &[u8], network: u16, p: &mut Parsed) -> Result<(), DropReason> {
     let eth = EthernetFrame::new_checked(frame).map_err(bad)?;
