@@ -45,13 +45,25 @@
 //!
 //! The build gives up (returns `None`, and the caller uses the decision trees) when a
 //! class count passes `u16`, the tables pass [`MAX_BYTES`] or the estimated work passes
-//! [`MAX_BUILD_WORDS`]. The sweeps are charged before any of them runs and each cross
-//! product before it is computed, and a phase-2 table stops as soon as its class count
-//! makes the last table too large, so a rule set RFC cannot take costs little.
+//! [`MAX_BUILD_WORDS`]. So that a rule set RFC cannot take costs little:
+//!
+//! - before any table is built, each table's class count gets a floor (rules pairwise
+//!   disjoint in a dimension the table covers each give it a class of its own, see
+//!   [`floor`]); a rule set whose tables exceed [`MAX_BYTES`] at those floors is refused
+//!   at once (the firewall and IP-chain sets, whose address halves alone would pass it);
+//! - each table's build stops as soon as its class count, with the others' at their
+//!   floors or exact, makes the tables too large, and its exact count then raises the
+//!   floor for the tables after it;
+//! - the sweeps are charged before any of them runs and each cross product before it is
+//!   computed, and a phase-2 table stops as soon as its class count makes the last table
+//!   too large.
 
 use super::rule::{Prefix, Proto, Rule};
 use super::{FlowKey, NO_MATCH};
+use floor::{Floor, Table, DIMENSIONS, PHASE0_BYTES};
 use rustc_hash::FxHashMap;
+
+mod floor;
 
 /// The most memory the tables of one classifier may take.
 pub const MAX_BYTES: usize = 16 << 20;
@@ -62,6 +74,10 @@ pub const MAX_BUILD_WORDS: u64 = 48 << 20;
 
 /// Chunks: source high and low halves, destination high and low, ports, protocol.
 const CHUNKS: usize = 7;
+
+/// The phase-2 pairings: which phase-1 results (0 source, 1 destination, 2 ports)
+/// phase 2 combines, and which one phase 3 adds.
+const ORDERS: [[usize; 3]; 3] = [[0, 1, 2], [0, 2, 1], [1, 2, 0]];
 /// The protocol's chunk.
 const PROTO: usize = 6;
 
@@ -312,73 +328,51 @@ impl Rfc {
         if rules.len() >= usize::from(NO_RULE) {
             return None;
         }
-        let words = rules.len().div_ceil(64).max(1);
-        // Per rule, its range in each 16-bit chunk; rules that cannot match an IPv4
-        // key get none, so their bit is never set.
-        let mut ranges: [Vec<(u32, u16, u16)>; 6] = Default::default();
-        let mut addresses: [Vec<(u32, u32, u32)>; 2] = Default::default();
-        let mut full: [Vec<u64>; CHUNKS] = std::array::from_fn(|_| vec![0; words]);
-        for (index, rule) in rules.iter().enumerate() {
-            let (Some(src), Some(dst)) = (v4_range(&rule.src), v4_range(&rule.dst)) else {
-                continue;
-            };
-            let halves = |(lo, hi): (u32, u32)| {
-                [
-                    ((lo >> 16) as u16, (hi >> 16) as u16),
-                    (lo as u16, hi as u16),
-                ]
-            };
-            addresses[0].push((index as u32, src.0, src.1));
-            addresses[1].push((index as u32, dst.0, dst.1));
-            let [src_hi, src_lo] = halves(src);
-            let [dst_hi, dst_lo] = halves(dst);
-            let chunks = [
-                src_hi,
-                src_lo,
-                dst_hi,
-                dst_lo,
-                (rule.src_port.lo, rule.src_port.hi),
-                (rule.dst_port.lo, rule.dst_port.hi),
-            ];
-            let (word, bit) = (index / 64, index % 64);
-            for (chunk, (lo, hi)) in chunks.into_iter().enumerate() {
-                ranges[chunk].push((index as u32, lo, hi));
-                if (lo, hi) == (0, u16::MAX) {
-                    full[chunk][word] |= 1 << bit;
-                }
-            }
-            if matches!(rule.proto, Proto::Any | Proto::Masked { mask: 0, .. }) {
-                full[PROTO][word] |= 1 << bit;
-            }
+        let Inputs {
+            words,
+            ranges,
+            addresses,
+            dimensions,
+            full,
+        } = Inputs::new(rules);
+        // A rule set whose tables cannot fit even at their class counts' floors is
+        // refused before any table is built; each table's build stops once its count
+        // alone makes them too large, and its exact count then raises the floor.
+        let floor = Floor::new(dimensions, &full);
+        if !floor.fits() {
+            return None;
         }
         let mut build = Builder {
             words,
             full,
             budget: Budget { words: 0, bytes: 0 },
+            floor,
         };
         build.sweeps(ranges[0].len())?;
         // Each phase-1 table right after its operands, so a rule set that cannot fit
         // is refused before the work on the other chunks.
         let [src_hi, src_lo, dst_hi, dst_lo, sport, dport] = ranges;
-        let (src_hi, src_hi_classes) = build.chunk16(0, &src_hi)?;
-        let (src_lo, src_lo_classes) = build.chunk16(1, &src_lo)?;
+        let (src_hi, src_hi_classes) = build.chunk16(Table::SrcHi, &src_hi)?;
+        let (src_lo, src_lo_classes) = build.chunk16(Table::SrcLo, &src_lo)?;
         let src_halves = [(&*src_hi, &src_hi_classes), (&*src_lo, &src_lo_classes)];
-        let (src, src_classes) = build.address_cross(src_halves, &addresses[0])?;
-        let (dst_hi, dst_hi_classes) = build.chunk16(2, &dst_hi)?;
-        let (dst_lo, dst_lo_classes) = build.chunk16(3, &dst_lo)?;
+        let (src, src_classes) = build.address_cross(Table::Src, src_halves, &addresses[0])?;
+        let (dst_hi, dst_hi_classes) = build.chunk16(Table::DstHi, &dst_hi)?;
+        let (dst_lo, dst_lo_classes) = build.chunk16(Table::DstLo, &dst_lo)?;
         let dst_halves = [(&*dst_hi, &dst_hi_classes), (&*dst_lo, &dst_lo_classes)];
-        let (dst, dst_classes) = build.address_cross(dst_halves, &addresses[1])?;
+        let (dst, dst_classes) = build.address_cross(Table::Dst, dst_halves, &addresses[1])?;
         let (proto, proto_classes) = build.proto_chunk(rules, &sport)?;
-        let (sport, sport_classes) = build.chunk16(4, &sport)?;
-        let (dport, dport_classes) = build.chunk16(5, &dport)?;
-        let (port_pair, pair_classes) = build.cross(&sport_classes, &dport_classes, usize::MAX)?;
-        let (ports, port_classes) = build.cross(&pair_classes, &proto_classes, usize::MAX)?;
+        let (sport, sport_classes) = build.chunk16(Table::Sport, &sport)?;
+        let (dport, dport_classes) = build.chunk16(Table::Dport, &dport)?;
+        let (port_pair, pair_classes) =
+            build.phase1_cross(Table::PortPair, &sport_classes, &dport_classes)?;
+        let (ports, port_classes) =
+            build.phase1_cross(Table::Ports, &pair_classes, &proto_classes)?;
 
         // Phase 2 tries the pairs with the smallest product first. Once one fits, the
         // others are tried if the build's work stays under a quarter of the budget with
         // theirs, and the one whose tables come out smallest gets its last table built.
         let phase1 = [&src_classes, &dst_classes, &port_classes];
-        let mut orders = [[0, 1, 2], [0, 2, 1], [1, 2, 0]];
+        let mut orders = ORDERS;
         orders.sort_by_key(|o| phase1[o[0]].len() * phase1[o[1]].len());
         // (order, phase-2 table and classes, bytes of the phase-2 and last tables).
         let mut best: Option<([usize; 3], Cross<u16>, Classes, usize)> = None;
@@ -497,6 +491,75 @@ impl Rfc {
     }
 }
 
+/// What the build reads of the rules: per IPv4 rule its range in each chunk and its
+/// addresses, and per chunk the rules holding all of its values.
+struct Inputs {
+    /// Words per dense bit set of rules.
+    words: usize,
+    /// Per 16-bit chunk, each rule's `(index, lo, hi)`; rules that cannot match an IPv4
+    /// key get none, so their bit is never set.
+    ranges: [Vec<(u32, u16, u16)>; 6],
+    /// The source and destination addresses' `(index, lo, hi)`.
+    addresses: [Vec<(u32, u32, u32)>; 2],
+    /// The same ranges as the floors take them: the six chunks, then the addresses.
+    dimensions: [Vec<(u32, u32, u32)>; DIMENSIONS],
+    /// Per chunk, the rules whose range in it is everything (dense).
+    full: [Vec<u64>; CHUNKS],
+}
+
+impl Inputs {
+    fn new(rules: &[Rule]) -> Self {
+        let words = rules.len().div_ceil(64).max(1);
+        let mut ranges: [Vec<(u32, u16, u16)>; 6] = Default::default();
+        let mut addresses: [Vec<(u32, u32, u32)>; 2] = Default::default();
+        let mut dimensions: [Vec<(u32, u32, u32)>; DIMENSIONS] = Default::default();
+        let mut full: [Vec<u64>; CHUNKS] = std::array::from_fn(|_| vec![0; words]);
+        for (index, rule) in rules.iter().enumerate() {
+            let (Some(src), Some(dst)) = (v4_range(&rule.src), v4_range(&rule.dst)) else {
+                continue;
+            };
+            let halves = |(lo, hi): (u32, u32)| {
+                [
+                    ((lo >> 16) as u16, (hi >> 16) as u16),
+                    (lo as u16, hi as u16),
+                ]
+            };
+            addresses[0].push((index as u32, src.0, src.1));
+            addresses[1].push((index as u32, dst.0, dst.1));
+            let [src_hi, src_lo] = halves(src);
+            let [dst_hi, dst_lo] = halves(dst);
+            let chunks = [
+                src_hi,
+                src_lo,
+                dst_hi,
+                dst_lo,
+                (rule.src_port.lo, rule.src_port.hi),
+                (rule.dst_port.lo, rule.dst_port.hi),
+            ];
+            let (word, bit) = (index / 64, index % 64);
+            dimensions[6].push((index as u32, src.0, src.1));
+            dimensions[7].push((index as u32, dst.0, dst.1));
+            for (chunk, (lo, hi)) in chunks.into_iter().enumerate() {
+                ranges[chunk].push((index as u32, lo, hi));
+                dimensions[chunk].push((index as u32, lo.into(), hi.into()));
+                if (lo, hi) == (0, u16::MAX) {
+                    full[chunk][word] |= 1 << bit;
+                }
+            }
+            if matches!(rule.proto, Proto::Any | Proto::Masked { mask: 0, .. }) {
+                full[PROTO][word] |= 1 << bit;
+            }
+        }
+        Self {
+            words,
+            ranges,
+            addresses,
+            dimensions,
+            full,
+        }
+    }
+}
+
 /// An IPv4 prefix (or any) as a range of host-order addresses; `None` for IPv6.
 fn v4_range(prefix: &Prefix) -> Option<(u32, u32)> {
     match prefix {
@@ -512,6 +575,8 @@ struct Builder {
     /// Per chunk, the rules whose range in it is everything.
     full: [Vec<u64>; CHUNKS],
     budget: Budget,
+    /// The class counts so far (see [`floor`]).
+    floor: Floor,
 }
 
 impl Builder {
@@ -524,12 +589,20 @@ impl Builder {
     /// phase-0 tables at once, so a rule set too large for them costs nothing.
     fn sweeps(&mut self, ranges: usize) -> Option<()> {
         self.budget
-            .charge(8 * self.sweep_work(ranges), 6 * (1 << 16) * 2 + 256 * 2)
+            .charge(8 * self.sweep_work(ranges), PHASE0_BYTES)
     }
 
-    /// Phase 0 of 16-bit chunk `chunk` from each rule's `(index, lo, hi)` (charged by
-    /// [`Self::sweeps`]).
-    fn chunk16(&mut self, chunk: usize, ranges: &[(u32, u16, u16)]) -> Option<(Chunk16, Classes)> {
+    /// Records `table`'s class count; `None` when the tables can no longer fit.
+    fn built(&mut self, table: Table, classes: &Classes) -> Option<()> {
+        self.floor.set(table, classes.len());
+        self.floor.fits().then_some(())
+    }
+
+    /// Phase 0 of a 16-bit chunk (`table`, one of the six) from each rule's
+    /// `(index, lo, hi)` (charged by [`Self::sweeps`]).
+    fn chunk16(&mut self, which: Table, ranges: &[(u32, u16, u16)]) -> Option<(Chunk16, Classes)> {
+        let chunk = which as usize;
+        let max_classes = self.floor.max_classes(which);
         let mut classes = Classes::new(1 << chunk, &self.full);
         let mut table: Chunk16 = vec![0u16; 1 << 16]
             .into_boxed_slice()
@@ -540,12 +613,21 @@ impl Builder {
             .map(|&(index, lo, hi)| (index, u64::from(lo), u64::from(hi)));
         let mut full = false;
         sweep(ranges, 1 << 16, self.words, |from, to, set| {
+            if full {
+                return;
+            }
             match classes.intern_and(set, None) {
-                Some(class) => table[from as usize..to as usize].fill(class),
-                None => full = true,
+                Some(class) if classes.len() <= max_classes => {
+                    table[from as usize..to as usize].fill(class)
+                }
+                _ => full = true,
             }
         });
-        (!full).then_some((table, classes))
+        if full {
+            return None;
+        }
+        self.built(which, &classes)?;
+        Some((table, classes))
     }
 
     /// Phase 1 of an address: the classes of the whole 32-bit values from each rule's
@@ -555,9 +637,11 @@ impl Builder {
     /// the table is filled by walking the ranges instead of intersecting sets.
     fn address_cross(
         &mut self,
+        which: Table,
         halves: [(&[u16; 1 << 16], &Classes); 2],
         ranges: &[(u32, u32, u32)],
     ) -> Option<(Cross<u16>, Classes)> {
+        let max_classes = self.floor.max_classes(which);
         let [(hi_table, hi), (lo_table, lo)] = halves;
         let cells = hi.len() * lo.len();
         // The sweep is charged by `sweeps`.
@@ -570,14 +654,18 @@ impl Builder {
             .map(|&(index, lo, hi)| (index, u64::from(lo), u64::from(hi)));
         let mut full = false;
         sweep(ranges, 1 << 32, self.words, |from, _, set| {
+            if full {
+                return;
+            }
             match classes.intern_and(set, None) {
-                Some(class) => spans.push((from, class)),
-                None => full = true,
+                Some(class) if classes.len() <= max_classes => spans.push((from, class)),
+                _ => full = true,
             }
         });
         if full {
             return None;
         }
+        self.built(which, &classes)?;
         // One value of each half class; the low ones in value order.
         let representatives = |table: &[u16; 1 << 16], count: usize| {
             let mut first = vec![u32::MAX; count];
@@ -649,6 +737,7 @@ impl Builder {
             sparse(&dense, &mut set);
             *class = classes.intern_and(&set, None)?;
         }
+        self.built(Table::Proto, &classes)?;
         Some((table, classes))
     }
 
@@ -688,6 +777,19 @@ impl Builder {
                 }
             }
         }
+    }
+
+    /// A phase-1 cross product (`table`: the port pair, or the ports with the
+    /// protocol), stopped once its class count makes the tables too large.
+    fn phase1_cross(
+        &mut self,
+        table: Table,
+        a: &Classes,
+        b: &Classes,
+    ) -> Option<(Cross<u16>, Classes)> {
+        let (cross, classes) = self.cross(a, b, self.floor.max_classes(table))?;
+        self.built(table, &classes)?;
+        Some((cross, classes))
     }
 
     /// The cross product of two class sets: each pair's intersection, interned; `None`
