@@ -37,9 +37,9 @@
 //!   and looking each pair of half classes up as an address in the sorted spans, rather
 //!   than intersecting every pair of half classes.
 //!
-//! Other intersections walk the operand with fewer words per class against the other
-//! as dense bit sets; the last phase finds each pair's first common rule with the
-//! other operand's words stored word-major.
+//! Other intersections, and the last phase's first common rule of each pair, meet each
+//! word of one operand's class only with the other operand's classes that have rules in
+//! that word (its sets stored word-major), so pairs with nothing in common cost nothing.
 //!
 //! # Budget
 //!
@@ -144,25 +144,24 @@ impl Classes {
         &self.words[self.starts[class]..self.starts[class + 1]]
     }
 
-    /// Every class as a dense bit set of `words` words, class `c` at `c * words`.
-    fn dense(&self, words: usize) -> Vec<u64> {
-        let mut dense = vec![0u64; self.len() * words];
+    /// The classes' sets word-major: per word `w` of `words`, `(class, bits)` for every
+    /// class with rules in it, in class order.
+    fn columns(&self, words: usize) -> Vec<Vec<(u32, u64)>> {
+        let mut columns: Vec<Vec<(u32, u64)>> = vec![Vec::new(); words];
         for class in 0..self.len() {
             for &(word, bits) in self.get(class) {
-                dense[class * words + word as usize] = bits;
+                columns[word as usize].push((class as u32, bits));
             }
         }
-        dense
+        columns
     }
 
-    /// The class of the rules in both `left` and the dense `right` (all of `left` when
-    /// `right` is `None`), cut after the first wild rule; added if new. `None` past
-    /// `u16` classes.
-    fn intern_and(&mut self, left: &Set, right: Option<&[u64]>) -> Option<u16> {
+    /// The class of the rules in `set`, cut after the first wild rule; added if new.
+    /// `None` past `u16` classes.
+    fn intern(&mut self, set: &Set) -> Option<u16> {
         self.scratch.clear();
         let mut hash = 0u64;
-        for &(word, bits) in left {
-            let bits = right.map_or(bits, |right| bits & right[word as usize]);
+        for &(word, bits) in set {
             if bits == 0 {
                 continue;
             }
@@ -616,7 +615,7 @@ impl Builder {
             if full {
                 return;
             }
-            match classes.intern_and(set, None) {
+            match classes.intern(set) {
                 Some(class) if classes.len() <= max_classes => {
                     table[from as usize..to as usize].fill(class)
                 }
@@ -657,7 +656,7 @@ impl Builder {
             if full {
                 return;
             }
-            match classes.intern_and(set, None) {
+            match classes.intern(set) {
                 Some(class) if classes.len() <= max_classes => spans.push((from, class)),
                 _ => full = true,
             }
@@ -735,48 +734,35 @@ impl Builder {
                 }
             }
             sparse(&dense, &mut set);
-            *class = classes.intern_and(&set, None)?;
+            *class = classes.intern(&set)?;
         }
         self.built(Table::Proto, &classes)?;
         Some((table, classes))
     }
 
-    /// The work of combining every class of `a` with every class of `b`: per pair the
-    /// words of the sparser operand's set (see [`Self::pairs`]).
+    /// The work of combining every class of `a` with every class of `b` (see
+    /// [`Self::cross`]): per word, the classes of `a` with rules in it times those of
+    /// `b`, and per pair its cell.
     fn cross_work(&self, a: &Classes, b: &Classes) -> u64 {
-        let pairs = (a.len() * b.len()) as u64;
-        let walked =
-            (a.words.len() as u64 * b.len() as u64).min(b.words.len() as u64 * a.len() as u64);
-        walked + pairs + (a.len().min(b.len()) * self.words) as u64
+        let per_word = |classes: &Classes| {
+            let mut count = vec![0u64; self.words];
+            for &(word, _) in &classes.words {
+                count[word as usize] += 1;
+            }
+            count
+        };
+        let meetings: u64 = per_word(a)
+            .iter()
+            .zip(per_word(b))
+            .map(|(a, b)| a * b)
+            .sum();
+        meetings + (a.len() * b.len()) as u64
     }
 
     /// Charges [`Self::cross_work`] and a table of `cell_bytes` per pair.
     fn charge_cross(&mut self, a: &Classes, b: &Classes, cell_bytes: usize) -> Option<()> {
         let work = self.cross_work(a, b);
         self.budget.charge(work, a.len() * b.len() * cell_bytes)
-    }
-
-    /// Calls `cell(position, sparse set, dense set)` for every pair of a class of `a`
-    /// and a class of `b`, `position` being `a * b.len() + b`, until it returns false:
-    /// the operand with fewer words per class is walked, the other one looked up as
-    /// dense bit sets.
-    fn pairs(&self, a: &Classes, b: &Classes, mut cell: impl FnMut(usize, &Set, &[u64]) -> bool) {
-        let walk_a = a.words.len() * b.len() <= b.words.len() * a.len();
-        let (walked, dense) = if walk_a { (a, b) } else { (b, a) };
-        let dense_sets = dense.dense(self.words);
-        for i in 0..walked.len() {
-            let left = walked.get(i);
-            for (j, right) in dense_sets.chunks_exact(self.words).enumerate() {
-                let position = if walk_a {
-                    i * b.len() + j
-                } else {
-                    j * b.len() + i
-                };
-                if !cell(position, left, right) {
-                    return;
-                }
-            }
-        }
     }
 
     /// A phase-1 cross product (`table`: the port pair, or the ports with the
@@ -794,6 +780,11 @@ impl Builder {
 
     /// The cross product of two class sets: each pair's intersection, interned; `None`
     /// past `max_classes` classes.
+    ///
+    /// Row by row (a class of `a`), each of the row's words meets only the classes of
+    /// `b` with rules in that word (`b`'s sets stored word-major), so a pair with no
+    /// word in common costs nothing; the row's intersections are then grouped by class
+    /// of `b`, in word order, and interned.
     fn cross(
         &mut self,
         a: &Classes,
@@ -803,16 +794,49 @@ impl Builder {
         self.charge_cross(a, b, 2)?;
         let mut classes = Classes::new(a.covers | b.covers, &self.full);
         let mut table = vec![0u16; a.len() * b.len()];
-        let mut full = false;
-        self.pairs(a, b, |position, left, right| {
-            match classes.intern_and(left, Some(right)) {
-                Some(class) if classes.len() <= max_classes => table[position] = class,
-                _ => full = true,
+        let columns = b.columns(self.words);
+        // A row's non-empty intersections: (class of `b`, word, bits) in word order,
+        // then as sets grouped by class of `b` (`starts[j]..starts[j + 1]`).
+        let mut hits: Vec<(u32, u32, u64)> = Vec::new();
+        let mut grouped: Vec<(u32, u64)> = Vec::new();
+        let mut starts = vec![0usize; b.len() + 1];
+        let mut next = vec![0usize; b.len()];
+        let mut empty = None;
+        for (i, row) in table.chunks_exact_mut(b.len().max(1)).enumerate() {
+            hits.clear();
+            for &(word, bits) in a.get(i) {
+                for &(j, other) in &columns[word as usize] {
+                    let both = bits & other;
+                    if both != 0 {
+                        hits.push((j, word, both));
+                    }
+                }
             }
-            !full
-        });
-        if full {
-            return None;
+            starts.fill(0);
+            for &(j, _, _) in &hits {
+                starts[j as usize + 1] += 1;
+            }
+            for j in 0..b.len() {
+                starts[j + 1] += starts[j];
+            }
+            next.copy_from_slice(&starts[..b.len()]);
+            grouped.clear();
+            grouped.resize(hits.len(), (0, 0));
+            for &(j, word, bits) in &hits {
+                grouped[next[j as usize]] = (word, bits);
+                next[j as usize] += 1;
+            }
+            for (j, cell) in row.iter_mut().enumerate() {
+                let set = &grouped[starts[j]..starts[j + 1]];
+                *cell = match (set.is_empty(), empty) {
+                    (true, Some(class)) => class,
+                    (true, None) => *empty.insert(classes.intern(set)?),
+                    (false, _) => classes.intern(set)?,
+                };
+            }
+            if classes.len() > max_classes {
+                return None;
+            }
         }
         let cross = Cross {
             stride: b.len(),
@@ -829,14 +853,7 @@ impl Builder {
     fn first_rules(&mut self, a: &Classes, b: &Classes) -> Option<Cross<u16>> {
         self.charge_cross(a, b, 2)?;
         let mut table = vec![NO_RULE; a.len() * b.len()];
-        // Per word `w`, the classes of `b` with rules in it: `columns[w]` lists
-        // `(class, bits)`.
-        let mut columns: Vec<Vec<(u32, u64)>> = vec![Vec::new(); self.words];
-        for j in 0..b.len() {
-            for &(word, bits) in b.get(j) {
-                columns[word as usize].push((j as u32, bits));
-            }
-        }
+        let columns = b.columns(self.words);
         for (i, row) in table.chunks_exact_mut(b.len().max(1)).enumerate() {
             for &(word, bits) in a.get(i) {
                 for &(j, other) in &columns[word as usize] {

@@ -64,8 +64,10 @@
 //! the leaf ends. A burst of up to 32 keys goes through each tree together: all keys
 //! take a step, then those not yet at a leaf another, and so on, with the list of
 //! keys still walking compacted without branches; then every key checks the first two
-//! records of its leaf in one pass, and the few that need more go on record by record
-//! the same way. Independent keys thus overlap their cache misses.
+//! records of its leaf in one pass, and the few that need more finish their leaf one
+//! key at a time (its records are contiguous and by then mostly in cache; a round per
+//! record over all of them cost more than it overlapped). Independent keys thus
+//! overlap their cache misses.
 
 use super::rule::{Prefix, Proto, Rule};
 use super::{Classifier, ClassifierError, FlowKey, NO_MATCH};
@@ -785,7 +787,7 @@ impl<const N: usize, const R: usize, const K: usize> Forest<N, R, K> {
             // A key leaves the scan at its first record that matches or is not
             // before its best match. The first two records of every leaf are
             // checked in one pass (the records end with a spare empty one, so the
-            // second always exists); the rest one record per round.
+            // second always exists); a key that needs more finishes its leaf alone.
             let mut count = 0;
             for &index in &taking[..taken] {
                 let index = usize::from(index) % BURST;
@@ -811,22 +813,10 @@ impl<const N: usize, const R: usize, const K: usize> Forest<N, R, K> {
                 active[count % BURST] = index as u8;
                 count += usize::from(second_before & !second_hit & (pair[1].index & LAST == 0));
             }
-            while count > 0 {
-                let mut next = 0;
-                for j in 0..count {
-                    let index = usize::from(active[j % BURST]) % BURST;
-                    let at = (cursor[index] & RECORD) as usize;
-                    let record = &self.records[at];
-                    let best = out[index];
-                    let rule = record.index & NONE;
-                    let before = rule < best;
-                    let hit = before & record.matches(&keys[index]);
-                    out[index] = if hit { rule } else { best };
-                    cursor[index] = at as u64 + 1;
-                    active[next % BURST] = index as u8;
-                    next += usize::from(before & !hit & (record.index & LAST == 0));
-                }
-                count = next;
+            for &index in &active[..count] {
+                let index = usize::from(index) % BURST;
+                let at = (cursor[index] & RECORD) as usize;
+                out[index] = self.scan(at, &keys[index], out[index]);
             }
             worst = out[..n].iter().copied().max().unwrap_or(0);
         }

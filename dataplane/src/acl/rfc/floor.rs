@@ -499,7 +499,10 @@ mod tests {
             }
         }
         // The floors are not trivially 1.
-        assert!(floors * 3 > counts, "floors {floors} against {counts} classes");
+        assert!(
+            floors * 3 > counts,
+            "floors {floors} against {counts} classes"
+        );
     }
 
     /// A rule set whose address halves alone make the tables too large is refused
