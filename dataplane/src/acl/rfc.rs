@@ -72,6 +72,12 @@ pub const MAX_BYTES: usize = 16 << 20;
 /// on the order of a nanosecond per word).
 pub const MAX_BUILD_WORDS: u64 = 48 << 20;
 
+/// The work of one pair of a cross product, in words (its set hashed and looked up:
+/// about eight times a word's AND on the ClassBench sets). Phase 2's failed attempts
+/// are paid for too, so this keeps a rule set whose pairings all fail from trying
+/// every one of them.
+const CROSS_PAIR_WORK: u64 = 8;
+
 /// Chunks: source high and low halves, destination high and low, ports, protocol.
 const CHUNKS: usize = 7;
 
@@ -379,8 +385,8 @@ impl Rfc {
             let room = match &best {
                 None => MAX_BYTES.saturating_sub(build.budget.bytes),
                 Some(best) => {
-                    let work =
-                        build.budget.words + build.cross_work(phase1[order[0]], phase1[order[1]]);
+                    let work = build.budget.words
+                        + build.cross_work(phase1[order[0]], phase1[order[1]], CROSS_PAIR_WORK);
                     if work > MAX_BUILD_WORDS / 4 {
                         continue;
                     }
@@ -742,8 +748,9 @@ impl Builder {
 
     /// The work of combining every class of `a` with every class of `b` (see
     /// [`Self::cross`]): per word, the classes of `a` with rules in it times those of
-    /// `b`, and per pair its cell.
-    fn cross_work(&self, a: &Classes, b: &Classes) -> u64 {
+    /// `b`, and per pair `per_pair` (a cross product hashes and looks up each pair's
+    /// set: [`CROSS_PAIR_WORK`]; the last phase only writes a cell).
+    fn cross_work(&self, a: &Classes, b: &Classes, per_pair: u64) -> u64 {
         let per_word = |classes: &Classes| {
             let mut count = vec![0u64; self.words];
             for &(word, _) in &classes.words {
@@ -756,13 +763,13 @@ impl Builder {
             .zip(per_word(b))
             .map(|(a, b)| a * b)
             .sum();
-        meetings + (a.len() * b.len()) as u64
+        meetings + (a.len() * b.len()) as u64 * per_pair
     }
 
-    /// Charges [`Self::cross_work`] and a table of `cell_bytes` per pair.
-    fn charge_cross(&mut self, a: &Classes, b: &Classes, cell_bytes: usize) -> Option<()> {
-        let work = self.cross_work(a, b);
-        self.budget.charge(work, a.len() * b.len() * cell_bytes)
+    /// Charges [`Self::cross_work`] and a table of two bytes per pair.
+    fn charge_cross(&mut self, a: &Classes, b: &Classes, per_pair: u64) -> Option<()> {
+        let work = self.cross_work(a, b, per_pair);
+        self.budget.charge(work, a.len() * b.len() * 2)
     }
 
     /// A phase-1 cross product (`table`: the port pair, or the ports with the
@@ -791,7 +798,7 @@ impl Builder {
         b: &Classes,
         max_classes: usize,
     ) -> Option<(Cross<u16>, Classes)> {
-        self.charge_cross(a, b, 2)?;
+        self.charge_cross(a, b, CROSS_PAIR_WORK)?;
         let mut classes = Classes::new(a.covers | b.covers, &self.full);
         let mut table = vec![0u16; a.len() * b.len()];
         let columns = b.columns(self.words);
@@ -851,7 +858,7 @@ impl Builder {
     /// rules in that word (`b`'s sets stored word-major); words come in rule order, so
     /// the first common word gives the first common rule.
     fn first_rules(&mut self, a: &Classes, b: &Classes) -> Option<Cross<u16>> {
-        self.charge_cross(a, b, 2)?;
+        self.charge_cross(a, b, 1)?;
         let mut table = vec![NO_RULE; a.len() * b.len()];
         let columns = b.columns(self.words);
         for (i, row) in table.chunks_exact_mut(b.len().max(1)).enumerate() {

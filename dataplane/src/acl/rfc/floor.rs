@@ -98,20 +98,11 @@ impl Floor {
         }
         let floor = |covers: u8, dims: &[usize]| -> usize {
             let cutoff = first_wild(covers, full);
-            let one = dims
-                .iter()
+            dims.iter()
                 .map(|&dim| disjoint(&dimensions[dim], cutoff))
                 .max()
-                .unwrap_or(0);
-            let mut two = 0;
-            for (at, &a) in dims.iter().enumerate() {
-                for &b in &dims[at + 1..] {
-                    two = two
-                        .max(disjoint2(&dimensions[a], &dimensions[b], cutoff))
-                        .max(disjoint2(&dimensions[b], &dimensions[a], cutoff));
-                }
-            }
-            one.max(two).max(1)
+                .unwrap_or(0)
+                .max(1)
         };
         let classes = [
             Table::SrcHi,
@@ -241,54 +232,6 @@ fn disjoint(ranges: &[(u32, u32, u32)], cutoff: usize) -> usize {
         }
         count += 1;
         end = Some(hi);
-    }
-    count
-}
-
-/// The most rules before `cutoff` found pairwise disjoint in dimension `a` or `b`: the
-/// greedy family of disjoint `a` ranges, and within the rules whose `a` range lies
-/// inside one member of it, those with disjoint `b` ranges (rules under different
-/// members are disjoint in `a`). Both given as `(index, lo, hi)` sorted by end.
-fn disjoint2(a: &[(u32, u32, u32)], b: &[(u32, u32, u32)], cutoff: usize) -> usize {
-    // The greedy family in `a`: disjoint `(lo, hi)`, in order.
-    let mut family: Vec<(u32, u32)> = Vec::new();
-    for &(index, lo, hi) in a {
-        if (index as usize) < cutoff && family.last().is_none_or(|&(_, end)| lo > end) {
-            family.push((lo, hi));
-        }
-    }
-    // Per rule, the member its `a` range lies in.
-    let mut member = vec![
-        u32::MAX;
-        a.iter()
-            .map(|&(index, _, _)| index as usize + 1)
-            .max()
-            .unwrap_or(0)
-    ];
-    for &(index, lo, hi) in a {
-        let at = family.partition_point(|&(_, end)| end < lo);
-        if family
-            .get(at)
-            .is_some_and(|&(from, to)| from <= lo && hi <= to)
-        {
-            member[index as usize] = at as u32;
-        }
-    }
-    // Per member, the end of its last kept `b` range.
-    let mut end: Vec<Option<u32>> = vec![None; family.len()];
-    let mut count = 0;
-    for &(index, lo, hi) in b {
-        let Some(&at) = member.get(index as usize) else {
-            continue;
-        };
-        if index as usize >= cutoff || at == u32::MAX {
-            continue;
-        }
-        let end = &mut end[at as usize];
-        if end.is_none_or(|end| lo > end) {
-            *end = Some(hi);
-            count += 1;
-        }
     }
     count
 }
