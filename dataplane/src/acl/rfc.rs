@@ -81,6 +81,11 @@ const CROSS_PAIR_WORK: u64 = 8;
 /// Chunks: source high and low halves, destination high and low, ports, protocol.
 const CHUNKS: usize = 7;
 
+/// The position of `order` in [`ORDERS`].
+fn order_index(order: [usize; 3]) -> usize {
+    ORDERS.iter().position(|&o| o == order).unwrap_or(0)
+}
+
 /// The phase-2 pairings: which phase-1 results (0 source, 1 destination, 2 ports)
 /// phase 2 combines, and which one phase 3 adds.
 const ORDERS: [[usize; 3]; 3] = [[0, 1, 2], [0, 2, 1], [1, 2, 0]];
@@ -148,6 +153,32 @@ impl Classes {
 
     fn get(&self, class: usize) -> &Set {
         &self.words[self.starts[class]..self.starts[class + 1]]
+    }
+
+    /// How many of the classes differ in their rules before rule `cutoff` (at most:
+    /// sets are told apart by a hash, so a collision can only lower the count).
+    fn distinct_before(&self, cutoff: usize) -> usize {
+        let mut seen = rustc_hash::FxHashSet::default();
+        for class in 0..self.len() {
+            let mut hash = 0u64;
+            for &(word, bits) in self.get(class) {
+                let first = word as usize * 64;
+                if first >= cutoff {
+                    break;
+                }
+                let bits = match cutoff - first {
+                    kept @ 0..64 => bits & ((1u64 << kept) - 1),
+                    _ => bits,
+                };
+                if bits != 0 {
+                    hash = (hash ^ bits ^ u64::from(word).rotate_left(40))
+                        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                        .rotate_left(29);
+                }
+            }
+            seen.insert(hash);
+        }
+        seen.len()
     }
 
     /// The classes' sets word-major: per word `w` of `words`, `(class, bits)` for every
@@ -355,8 +386,16 @@ impl Rfc {
         };
         build.sweeps(ranges[0].len())?;
         // Each phase-1 table right after its operands, so a rule set that cannot fit
-        // is refused before the work on the other chunks.
+        // is refused before the work on the other chunks; the ports first, as they
+        // cost least and their count is the one the floors know least well.
         let [src_hi, src_lo, dst_hi, dst_lo, sport, dport] = ranges;
+        let (proto, proto_classes) = build.proto_chunk(rules, &sport)?;
+        let (sport, sport_classes) = build.chunk16(Table::Sport, &sport)?;
+        let (dport, dport_classes) = build.chunk16(Table::Dport, &dport)?;
+        let (port_pair, pair_classes) =
+            build.phase1_cross(Table::PortPair, &sport_classes, &dport_classes)?;
+        let (ports, port_classes) =
+            build.phase1_cross(Table::Ports, &pair_classes, &proto_classes)?;
         let (src_hi, src_hi_classes) = build.chunk16(Table::SrcHi, &src_hi)?;
         let (src_lo, src_lo_classes) = build.chunk16(Table::SrcLo, &src_lo)?;
         let src_halves = [(&*src_hi, &src_hi_classes), (&*src_lo, &src_lo_classes)];
@@ -365,13 +404,6 @@ impl Rfc {
         let (dst_lo, dst_lo_classes) = build.chunk16(Table::DstLo, &dst_lo)?;
         let dst_halves = [(&*dst_hi, &dst_hi_classes), (&*dst_lo, &dst_lo_classes)];
         let (dst, dst_classes) = build.address_cross(Table::Dst, dst_halves, &addresses[1])?;
-        let (proto, proto_classes) = build.proto_chunk(rules, &sport)?;
-        let (sport, sport_classes) = build.chunk16(Table::Sport, &sport)?;
-        let (dport, dport_classes) = build.chunk16(Table::Dport, &dport)?;
-        let (port_pair, pair_classes) =
-            build.phase1_cross(Table::PortPair, &sport_classes, &dport_classes)?;
-        let (ports, port_classes) =
-            build.phase1_cross(Table::Ports, &pair_classes, &proto_classes)?;
 
         // Phase 2 tries the pairs with the smallest product first. Once one fits, the
         // others are tried if the build's work stays under a quarter of the budget with
@@ -403,6 +435,10 @@ impl Rfc {
             else {
                 continue;
             };
+            debug_assert!(
+                mid_classes.len() >= build.floor.mid_floor(order_index(order)),
+                "phase-2 floor above its class count"
+            );
             // Only the kept phase-2 table counts against the memory budget.
             build.budget.bytes = bytes;
             let tables = 2 * (mid.cells.len() + mid_classes.len() * third);
@@ -600,6 +636,14 @@ impl Builder {
     /// Records `table`'s class count; `None` when the tables can no longer fit.
     fn built(&mut self, table: Table, classes: &Classes) -> Option<()> {
         self.floor.set(table, classes.len());
+        // A phase-1 table's classes that differ before a phase-2 pairing's first wild
+        // rule stay apart in that pairing's classes (see [`floor`]).
+        for order in 0..ORDERS.len() {
+            if let Some(cutoff) = self.floor.mid_operand_cutoff(order, table) {
+                let distinct = classes.distinct_before(cutoff);
+                self.floor.raise_mid(order, distinct);
+            }
+        }
         self.floor.fits().then_some(())
     }
 

@@ -15,6 +15,10 @@
 //! interval-scheduling pass (ranges by their end, each kept when it starts after the
 //! last kept one ends), and the table's floor is the largest over its dimensions.
 //!
+//! A phase-2 table's floor rises as its operands are built: operand classes that
+//! differ in a rule before the pairing's first wild rule stay apart in its classes
+//! (see [`Floor::mid_operand_cutoff`]).
+//!
 //! A cross-product table has a cell per pair of its operands' classes, so the bytes of
 //! every table follow from the class counts; each count is its floor until the table is
 //! built and exact after.
@@ -81,6 +85,8 @@ impl Table {
 pub(super) struct Floor {
     classes: [usize; TABLES],
     mid: [usize; ORDERS.len()],
+    /// Per phase-2 pairing, its first wild rule (see [`first_wild`]).
+    mid_cutoff: [usize; ORDERS.len()],
 }
 
 impl Floor {
@@ -126,7 +132,38 @@ impl Floor {
             let dims: Vec<usize> = x.1.iter().chain(y.1).copied().collect();
             floor(x.0 | y.0, &dims)
         });
-        Self { classes, mid }
+        let mid_cutoff = ORDERS.map(|[x, y, _]| {
+            first_wild(
+                Table::PHASE1[x].covers().0 | Table::PHASE1[y].covers().0,
+                full,
+            )
+        });
+        Self {
+            classes,
+            mid,
+            mid_cutoff,
+        }
+    }
+
+    /// When `table` is an operand of phase-2 pairing `order` (an index into
+    /// [`ORDERS`]), the pairing's first wild rule: the operand's classes that differ
+    /// in rules before it are told apart in the pairing's classes too (for two such
+    /// classes, a key inside a rule only one of them holds, in the other operand's
+    /// chunks, meets both in a class of the other operand that holds that rule, and no
+    /// wild rule cuts it), so their count is a floor on the pairing's classes.
+    pub(super) fn mid_operand_cutoff(&self, order: usize, table: Table) -> Option<usize> {
+        let [x, y, _] = ORDERS[order];
+        (Table::PHASE1[x] == table || Table::PHASE1[y] == table).then_some(self.mid_cutoff[order])
+    }
+
+    /// Raises phase-2 pairing `order`'s floor to `classes`.
+    pub(super) fn raise_mid(&mut self, order: usize, classes: usize) {
+        self.mid[order] = self.mid[order].max(classes);
+    }
+
+    /// The floor of phase-2 pairing `order`'s classes.
+    pub(super) fn mid_floor(&self, order: usize) -> usize {
+        self.mid[order]
     }
 
     /// Records `table`'s exact class count, once built.
@@ -138,12 +175,6 @@ impl Floor {
     #[cfg(test)]
     pub(super) fn get(&self, table: Table) -> usize {
         self.classes[table as usize]
-    }
-
-    /// The floor of phase-2 pairing `order`'s classes (an index into [`ORDERS`]).
-    #[cfg(test)]
-    pub(super) fn mid(&self, order: usize) -> usize {
-        self.mid[order]
     }
 
     /// The fewest bytes the tables can take, every count at its floor or exact.
@@ -434,7 +465,7 @@ mod tests {
             for (order, &[x, y, _]) in ORDERS.iter().enumerate() {
                 let covers = Table::PHASE1[x].covers().0 | Table::PHASE1[y].covers().0;
                 let want = classes(&rules, covers);
-                let got = floor.mid(order);
+                let got = floor.mid_floor(order);
                 assert!(
                     got <= want,
                     "round {round} order {order}: floor {got} > {want}"
