@@ -405,16 +405,27 @@ impl Rfc {
         let dst_halves = [(&*dst_hi, &dst_hi_classes), (&*dst_lo, &dst_lo_classes)];
         let (dst, dst_classes) = build.address_cross(Table::Dst, dst_halves, &addresses[1])?;
 
-        // Phase 2 tries the pairs with the smallest product first. Once one fits, the
-        // others are tried if the build's work stays under a quarter of the budget with
-        // theirs, and the one whose tables come out smallest gets its last table built.
+        // Phase 2 tries the pairs with the smallest product first. After one fails, the
+        // next is tried only if the build's work stays under half the budget with it
+        // (a rule set whose pairings fail one after the other rarely has one that
+        // fits); once one fits, the others are tried if the work stays under a quarter,
+        // and the one whose tables come out smallest gets its last table built.
         let phase1 = [&src_classes, &dst_classes, &port_classes];
         let mut orders = ORDERS;
         orders.sort_by_key(|o| phase1[o[0]].len() * phase1[o[1]].len());
         // (order, phase-2 table and classes, bytes of the phase-2 and last tables).
         let mut best: Option<([usize; 3], Cross<u16>, Classes, usize)> = None;
+        let mut failed = false;
         for order in orders {
             let room = match &best {
+                None if failed => {
+                    let work = build.budget.words
+                        + build.cross_work(phase1[order[0]], phase1[order[1]], CROSS_PAIR_WORK);
+                    if work > MAX_BUILD_WORDS / 2 {
+                        continue;
+                    }
+                    MAX_BYTES.saturating_sub(build.budget.bytes)
+                }
                 None => MAX_BYTES.saturating_sub(build.budget.bytes),
                 Some(best) => {
                     let work = build.budget.words
@@ -433,6 +444,7 @@ impl Rfc {
             let Some((mid, mid_classes)) =
                 build.cross(phase1[order[0]], phase1[order[1]], max_classes)
             else {
+                failed = true;
                 continue;
             };
             debug_assert!(
