@@ -37,9 +37,9 @@
 //!   and looking each pair of half classes up as an address in the sorted spans, rather
 //!   than intersecting every pair of half classes.
 //!
-//! Other intersections, and the last phase's first common rule of each pair, meet each
-//! word of one operand's class only with the other operand's classes that have rules in
-//! that word (its sets stored word-major), so pairs with nothing in common cost nothing.
+//! Other intersections walk the operand with fewer words per class against the other
+//! as dense bit sets; the last phase finds each pair's first common rule with the
+//! other operand's words stored word-major.
 //!
 //! # Budget
 //!
@@ -71,12 +71,6 @@ pub const MAX_BYTES: usize = 16 << 20;
 /// The most work the build may do, in 64-bit words touched (a bound on build time:
 /// on the order of a nanosecond per word).
 pub const MAX_BUILD_WORDS: u64 = 48 << 20;
-
-/// The work of one pair of a cross product, in words (its set hashed and looked up:
-/// about eight times a word's AND on the ClassBench sets). Phase 2's failed attempts
-/// are paid for too, so this keeps a rule set whose pairings all fail from trying
-/// every one of them.
-const CROSS_PAIR_WORK: u64 = 8;
 
 /// Chunks: source high and low halves, destination high and low, ports, protocol.
 const CHUNKS: usize = 7;
@@ -155,32 +149,6 @@ impl Classes {
         &self.words[self.starts[class]..self.starts[class + 1]]
     }
 
-    /// How many of the classes differ in their rules before rule `cutoff` (at most:
-    /// sets are told apart by a hash, so a collision can only lower the count).
-    fn distinct_before(&self, cutoff: usize) -> usize {
-        let mut seen = rustc_hash::FxHashSet::default();
-        for class in 0..self.len() {
-            let mut hash = 0u64;
-            for &(word, bits) in self.get(class) {
-                let first = word as usize * 64;
-                if first >= cutoff {
-                    break;
-                }
-                let bits = match cutoff - first {
-                    kept @ 0..64 => bits & ((1u64 << kept) - 1),
-                    _ => bits,
-                };
-                if bits != 0 {
-                    hash = (hash ^ bits ^ u64::from(word).rotate_left(40))
-                        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-                        .rotate_left(29);
-                }
-            }
-            seen.insert(hash);
-        }
-        seen.len()
-    }
-
     /// The classes' sets word-major: per word `w` of `words`, `(class, bits)` for every
     /// class with rules in it, in class order.
     fn columns(&self, words: usize) -> Vec<Vec<(u32, u64)>> {
@@ -193,12 +161,25 @@ impl Classes {
         columns
     }
 
-    /// The class of the rules in `set`, cut after the first wild rule; added if new.
-    /// `None` past `u16` classes.
-    fn intern(&mut self, set: &Set) -> Option<u16> {
+    /// Every class as a dense bit set of `words` words, class `c` at `c * words`.
+    fn dense(&self, words: usize) -> Vec<u64> {
+        let mut dense = vec![0u64; self.len() * words];
+        for class in 0..self.len() {
+            for &(word, bits) in self.get(class) {
+                dense[class * words + word as usize] = bits;
+            }
+        }
+        dense
+    }
+
+    /// The class of the rules in both `left` and the dense `right` (all of `left` when
+    /// `right` is `None`), cut after the first wild rule; added if new. `None` past
+    /// `u16` classes.
+    fn intern_and(&mut self, left: &Set, right: Option<&[u64]>) -> Option<u16> {
         self.scratch.clear();
         let mut hash = 0u64;
-        for &(word, bits) in set {
+        for &(word, bits) in left {
+            let bits = right.map_or(bits, |right| bits & right[word as usize]);
             if bits == 0 {
                 continue;
             }
@@ -418,32 +399,31 @@ impl Rfc {
         let mut failed = false;
         for order in orders {
             let room = match &best {
-                None if failed => {
-                    let work = build.budget.words
-                        + build.cross_work(phase1[order[0]], phase1[order[1]], CROSS_PAIR_WORK);
-                    if work > MAX_BUILD_WORDS / 2 {
-                        continue;
-                    }
-                    MAX_BYTES.saturating_sub(build.budget.bytes)
-                }
                 None => MAX_BYTES.saturating_sub(build.budget.bytes),
-                Some(best) => {
-                    let work = build.budget.words
-                        + build.cross_work(phase1[order[0]], phase1[order[1]], CROSS_PAIR_WORK);
-                    if work > MAX_BUILD_WORDS / 4 {
-                        continue;
-                    }
-                    best.3 - 1
-                }
+                Some(best) => best.3 - 1,
             };
             let third = phase1[order[2]].len().max(1);
-            // Past this many classes the tables cannot fit in `room`: stop early.
+            // Past this many classes the tables cannot fit in `room`: stop early, or
+            // do not start when the pairing's floor is already past it.
             let max_classes =
                 (room / 2).saturating_sub(phase1[order[0]].len() * phase1[order[1]].len()) / third;
+            if max_classes < build.floor.mid_floor(order_index(order)) {
+                continue;
+            }
+            let allowed = match (&best, failed) {
+                (Some(_), _) => MAX_BUILD_WORDS / 4,
+                (None, true) => MAX_BUILD_WORDS / 2,
+                (None, false) => MAX_BUILD_WORDS,
+            };
+            let work = build.budget.words + build.cross_work(phase1[order[0]], phase1[order[1]]);
+            if work > allowed {
+                continue;
+            }
             let bytes = build.budget.bytes;
             let Some((mid, mid_classes)) =
                 build.cross(phase1[order[0]], phase1[order[1]], max_classes)
             else {
+                build.budget.bytes = bytes;
                 failed = true;
                 continue;
             };
@@ -648,18 +628,10 @@ impl Builder {
     /// Records `table`'s class count; `None` when the tables can no longer fit.
     fn built(&mut self, table: Table, classes: &Classes) -> Option<()> {
         self.floor.set(table, classes.len());
-        // A phase-1 table's classes that differ before a phase-2 pairing's first wild
-        // rule stay apart in that pairing's classes (see [`floor`]).
-        for order in 0..ORDERS.len() {
-            if let Some(cutoff) = self.floor.mid_operand_cutoff(order, table) {
-                let distinct = classes.distinct_before(cutoff);
-                self.floor.raise_mid(order, distinct);
-            }
-        }
         self.floor.fits().then_some(())
     }
 
-    /// Phase 0 of a 16-bit chunk (`table`, one of the six) from each rule's
+    /// Phase 0 of a 16-bit chunk (`which`, one of the six) from each rule's
     /// `(index, lo, hi)` (charged by [`Self::sweeps`]).
     fn chunk16(&mut self, which: Table, ranges: &[(u32, u16, u16)]) -> Option<(Chunk16, Classes)> {
         let chunk = which as usize;
@@ -677,7 +649,7 @@ impl Builder {
             if full {
                 return;
             }
-            match classes.intern(set) {
+            match classes.intern_and(set, None) {
                 Some(class) if classes.len() <= max_classes => {
                     table[from as usize..to as usize].fill(class)
                 }
@@ -718,7 +690,7 @@ impl Builder {
             if full {
                 return;
             }
-            match classes.intern(set) {
+            match classes.intern_and(set, None) {
                 Some(class) if classes.len() <= max_classes => spans.push((from, class)),
                 _ => full = true,
             }
@@ -796,36 +768,48 @@ impl Builder {
                 }
             }
             sparse(&dense, &mut set);
-            *class = classes.intern(&set)?;
+            *class = classes.intern_and(&set, None)?;
         }
         self.built(Table::Proto, &classes)?;
         Some((table, classes))
     }
 
-    /// The work of combining every class of `a` with every class of `b` (see
-    /// [`Self::cross`]): per word, the classes of `a` with rules in it times those of
-    /// `b`, and per pair `per_pair` (a cross product hashes and looks up each pair's
-    /// set: [`CROSS_PAIR_WORK`]; the last phase only writes a cell).
-    fn cross_work(&self, a: &Classes, b: &Classes, per_pair: u64) -> u64 {
-        let per_word = |classes: &Classes| {
-            let mut count = vec![0u64; self.words];
-            for &(word, _) in &classes.words {
-                count[word as usize] += 1;
-            }
-            count
-        };
-        let meetings: u64 = per_word(a)
-            .iter()
-            .zip(per_word(b))
-            .map(|(a, b)| a * b)
-            .sum();
-        meetings + (a.len() * b.len()) as u64 * per_pair
+    /// The work of combining every class of `a` with every class of `b`: per pair the
+    /// words of the sparser operand's set (see [`Self::pairs`]).
+    fn cross_work(&self, a: &Classes, b: &Classes) -> u64 {
+        let pairs = (a.len() * b.len()) as u64;
+        let walked =
+            (a.words.len() as u64 * b.len() as u64).min(b.words.len() as u64 * a.len() as u64);
+        walked + pairs + (a.len().min(b.len()) * self.words) as u64
     }
 
-    /// Charges [`Self::cross_work`] and a table of two bytes per pair.
-    fn charge_cross(&mut self, a: &Classes, b: &Classes, per_pair: u64) -> Option<()> {
-        let work = self.cross_work(a, b, per_pair);
-        self.budget.charge(work, a.len() * b.len() * 2)
+    /// Charges [`Self::cross_work`] and a table of `cell_bytes` per pair.
+    fn charge_cross(&mut self, a: &Classes, b: &Classes, cell_bytes: usize) -> Option<()> {
+        let work = self.cross_work(a, b);
+        self.budget.charge(work, a.len() * b.len() * cell_bytes)
+    }
+
+    /// Calls `cell(position, sparse set, dense set)` for every pair of a class of `a`
+    /// and a class of `b`, `position` being `a * b.len() + b`, until it returns false:
+    /// the operand with fewer words per class is walked, the other one looked up as
+    /// dense bit sets.
+    fn pairs(&self, a: &Classes, b: &Classes, mut cell: impl FnMut(usize, &Set, &[u64]) -> bool) {
+        let walk_a = a.words.len() * b.len() <= b.words.len() * a.len();
+        let (walked, dense) = if walk_a { (a, b) } else { (b, a) };
+        let dense_sets = dense.dense(self.words);
+        for i in 0..walked.len() {
+            let left = walked.get(i);
+            for (j, right) in dense_sets.chunks_exact(self.words).enumerate() {
+                let position = if walk_a {
+                    i * b.len() + j
+                } else {
+                    j * b.len() + i
+                };
+                if !cell(position, left, right) {
+                    return;
+                }
+            }
+        }
     }
 
     /// A phase-1 cross product (`table`: the port pair, or the ports with the
@@ -843,63 +827,25 @@ impl Builder {
 
     /// The cross product of two class sets: each pair's intersection, interned; `None`
     /// past `max_classes` classes.
-    ///
-    /// Row by row (a class of `a`), each of the row's words meets only the classes of
-    /// `b` with rules in that word (`b`'s sets stored word-major), so a pair with no
-    /// word in common costs nothing; the row's intersections are then grouped by class
-    /// of `b`, in word order, and interned.
     fn cross(
         &mut self,
         a: &Classes,
         b: &Classes,
         max_classes: usize,
     ) -> Option<(Cross<u16>, Classes)> {
-        self.charge_cross(a, b, CROSS_PAIR_WORK)?;
+        self.charge_cross(a, b, 2)?;
         let mut classes = Classes::new(a.covers | b.covers, &self.full);
         let mut table = vec![0u16; a.len() * b.len()];
-        let columns = b.columns(self.words);
-        // A row's non-empty intersections: (class of `b`, word, bits) in word order,
-        // then as sets grouped by class of `b` (`starts[j]..starts[j + 1]`).
-        let mut hits: Vec<(u32, u32, u64)> = Vec::new();
-        let mut grouped: Vec<(u32, u64)> = Vec::new();
-        let mut starts = vec![0usize; b.len() + 1];
-        let mut next = vec![0usize; b.len()];
-        let mut empty = None;
-        for (i, row) in table.chunks_exact_mut(b.len().max(1)).enumerate() {
-            hits.clear();
-            for &(word, bits) in a.get(i) {
-                for &(j, other) in &columns[word as usize] {
-                    let both = bits & other;
-                    if both != 0 {
-                        hits.push((j, word, both));
-                    }
-                }
+        let mut full = false;
+        self.pairs(a, b, |position, left, right| {
+            match classes.intern_and(left, Some(right)) {
+                Some(class) if classes.len() <= max_classes => table[position] = class,
+                _ => full = true,
             }
-            starts.fill(0);
-            for &(j, _, _) in &hits {
-                starts[j as usize + 1] += 1;
-            }
-            for j in 0..b.len() {
-                starts[j + 1] += starts[j];
-            }
-            next.copy_from_slice(&starts[..b.len()]);
-            grouped.clear();
-            grouped.resize(hits.len(), (0, 0));
-            for &(j, word, bits) in &hits {
-                grouped[next[j as usize]] = (word, bits);
-                next[j as usize] += 1;
-            }
-            for (j, cell) in row.iter_mut().enumerate() {
-                let set = &grouped[starts[j]..starts[j + 1]];
-                *cell = match (set.is_empty(), empty) {
-                    (true, Some(class)) => class,
-                    (true, None) => *empty.insert(classes.intern(set)?),
-                    (false, _) => classes.intern(set)?,
-                };
-            }
-            if classes.len() > max_classes {
-                return None;
-            }
+            !full
+        });
+        if full {
+            return None;
         }
         let cross = Cross {
             stride: b.len(),
@@ -914,7 +860,7 @@ impl Builder {
     /// rules in that word (`b`'s sets stored word-major); words come in rule order, so
     /// the first common word gives the first common rule.
     fn first_rules(&mut self, a: &Classes, b: &Classes) -> Option<Cross<u16>> {
-        self.charge_cross(a, b, 1)?;
+        self.charge_cross(a, b, 2)?;
         let mut table = vec![NO_RULE; a.len() * b.len()];
         let columns = b.columns(self.words);
         for (i, row) in table.chunks_exact_mut(b.len().max(1)).enumerate() {

@@ -741,8 +741,9 @@ impl<const N: usize, const R: usize, const K: usize> Forest<N, R, K> {
 
     /// Classifies the first `n` of `keys` into `out`: every tree is walked by all keys
     /// that may still improve on it, level by level, then its leaves are scanned, so
-    /// the keys' cache misses overlap; the keys still walking or scanning are kept in
-    /// a list compacted every round without branching.
+    /// the keys' cache misses overlap; the keys still walking are kept in a list
+    /// compacted every round without branching, and a key whose leaf needs more than
+    /// its first two records finishes it alone.
     fn classify_burst(&self, keys: &[[u32; K]; BURST], n: usize, out: &mut [u32; BURST]) {
         let n = n.min(BURST);
         out.fill(NONE);

@@ -15,17 +15,14 @@
 //! interval-scheduling pass (ranges by their end, each kept when it starts after the
 //! last kept one ends), and the table's floor is the largest over its dimensions.
 //!
-//! A phase-2 table's floor rises as its operands are built: operand classes that
-//! differ in a rule before the pairing's first wild rule stay apart in its classes
-//! (see [`Floor::mid_operand_cutoff`]).
-//!
 //! A cross-product table has a cell per pair of its operands' classes, so the bytes of
 //! every table follow from the class counts; each count is its floor until the table is
 //! built and exact after.
 
 use super::{CHUNKS, MAX_BYTES, ORDERS};
 
-/// The tables whose class counts size the others.
+/// The tables whose class counts size the others; the six 16-bit chunk tables first,
+/// in chunk order, so that `table as usize` is a chunk table's chunk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Table {
     SrcHi,
@@ -57,9 +54,15 @@ const DST32: usize = 7;
 pub(super) const PHASE0_BYTES: usize = 6 * (1 << 16) * 2 + 256 * 2;
 
 impl Table {
+    /// The chunks a table covers (bit `c` for chunk `c`).
+    #[cfg(test)]
+    fn covers(self) -> u8 {
+        self.covers_and_dimensions().0
+    }
+
     /// The chunks the table's classes cover (bit `c` for chunk `c`) and the dimensions
     /// its floor may be taken over.
-    fn covers(self) -> (u8, &'static [usize]) {
+    fn covers_and_dimensions(self) -> (u8, &'static [usize]) {
         match self {
             Self::SrcHi => (1 << 0, &[0]),
             Self::SrcLo => (1 << 1, &[1]),
@@ -85,8 +88,6 @@ impl Table {
 pub(super) struct Floor {
     classes: [usize; TABLES],
     mid: [usize; ORDERS.len()],
-    /// Per phase-2 pairing, its first wild rule (see [`first_wild`]).
-    mid_cutoff: [usize; ORDERS.len()],
 }
 
 impl Floor {
@@ -124,41 +125,18 @@ impl Floor {
             Table::Ports,
         ]
         .map(|table| {
-            let (covers, dims) = table.covers();
+            let (covers, dims) = table.covers_and_dimensions();
             floor(covers, dims)
         });
         let mid = ORDERS.map(|[x, y, _]| {
-            let (x, y) = (Table::PHASE1[x].covers(), Table::PHASE1[y].covers());
+            let (x, y) = (
+                Table::PHASE1[x].covers_and_dimensions(),
+                Table::PHASE1[y].covers_and_dimensions(),
+            );
             let dims: Vec<usize> = x.1.iter().chain(y.1).copied().collect();
             floor(x.0 | y.0, &dims)
         });
-        let mid_cutoff = ORDERS.map(|[x, y, _]| {
-            first_wild(
-                Table::PHASE1[x].covers().0 | Table::PHASE1[y].covers().0,
-                full,
-            )
-        });
-        Self {
-            classes,
-            mid,
-            mid_cutoff,
-        }
-    }
-
-    /// When `table` is an operand of phase-2 pairing `order` (an index into
-    /// [`ORDERS`]), the pairing's first wild rule: the operand's classes that differ
-    /// in rules before it are told apart in the pairing's classes too (for two such
-    /// classes, a key inside a rule only one of them holds, in the other operand's
-    /// chunks, meets both in a class of the other operand that holds that rule, and no
-    /// wild rule cuts it), so their count is a floor on the pairing's classes.
-    pub(super) fn mid_operand_cutoff(&self, order: usize, table: Table) -> Option<usize> {
-        let [x, y, _] = ORDERS[order];
-        (Table::PHASE1[x] == table || Table::PHASE1[y] == table).then_some(self.mid_cutoff[order])
-    }
-
-    /// Raises phase-2 pairing `order`'s floor to `classes`.
-    pub(super) fn raise_mid(&mut self, order: usize, classes: usize) {
-        self.mid[order] = self.mid[order].max(classes);
+        Self { classes, mid }
     }
 
     /// The floor of phase-2 pairing `order`'s classes.
@@ -453,7 +431,7 @@ mod tests {
             let inputs = Inputs::new(&rules);
             let floor = Floor::new(inputs.dimensions, &inputs.full);
             for table in tables {
-                let want = classes(&rules, table.covers().0);
+                let want = classes(&rules, table.covers());
                 let got = floor.get(table);
                 assert!(
                     got <= want,
@@ -463,7 +441,7 @@ mod tests {
                 counts += want;
             }
             for (order, &[x, y, _]) in ORDERS.iter().enumerate() {
-                let covers = Table::PHASE1[x].covers().0 | Table::PHASE1[y].covers().0;
+                let covers = Table::PHASE1[x].covers() | Table::PHASE1[y].covers();
                 let want = classes(&rules, covers);
                 let got = floor.mid_floor(order);
                 assert!(
@@ -477,6 +455,30 @@ mod tests {
             floors * 3 > counts,
             "floors {floors} against {counts} classes"
         );
+    }
+
+    /// The phase-2 floors never pass the class counts the pairings come out with (the
+    /// build checks each against its count in debug builds): random sets, and two
+    /// rules whose source classes and port classes outnumber their source-and-ports
+    /// classes (a floor taken from an operand's own count would pass it).
+    #[test]
+    fn phase2_floors_never_pass_the_pairings_class_counts() {
+        let mut two = Rule::any(Action::Permit);
+        two.src = Prefix::v4(Ipv4Addr::new(1, 0, 0, 0), 8);
+        two.dst = Prefix::v4(Ipv4Addr::new(10, 0, 0, 0), 8);
+        two.src_port = PortRange { lo: 0, hi: 20 };
+        two.proto = Proto::Number(6);
+        let mut other = two.clone();
+        other.src = Prefix::v4(Ipv4Addr::new(2, 0, 0, 0), 8);
+        other.src_port = PortRange { lo: 10, hi: 30 };
+        assert!(super::super::Rfc::new(&[two, other]).is_some());
+        let mut rng = StdRng::seed_from_u64(2323);
+        for _ in 0..300 {
+            let count = rng.gen_range(2..=40);
+            let rules: Vec<Rule> = (0..count).map(|_| random_rule(&mut rng)).collect();
+            // Builds (or refuses) without the debug check firing.
+            let _ = super::super::Rfc::new(&rules);
+        }
     }
 
     /// A rule set whose address halves alone make the tables too large is refused
