@@ -2,9 +2,9 @@
 //! decision trees) and the decision trees alone against the linear oracle (the
 //! bit-vector classifier's checks moved with it to `ferrule-perf`'s tests): random
 //! IPv4, IPv6 and mixed rule sets with keys at rule boundaries, edge cases (empty set,
-//! identical rules, /0, host prefixes, ports 0 and 65535, masked protocols), batch
-//! results against single-key results, and a synthetic wildcard-heavy set of several
-//! thousand rules for bounded build memory.
+//! identical rules, /0, host prefixes, ports 0 and 65535, masked protocols, inverted
+//! port ranges), batch results against single-key results, and a synthetic
+//! wildcard-heavy set of several thousand rules for bounded build memory.
 
 #[path = "common/acl_gen.rs"]
 mod acl_gen;
@@ -331,4 +331,53 @@ fn wide_and_exact_rules_at_the_edges() {
     for (key, want) in cases {
         assert_eq!(tree.classify(&key), want, "tree {key:?}");
     }
+}
+
+/// A rule whose port range is inverted (`lo > hi`, which only unvalidated rules such as
+/// ClassBench lines can carry) holds no port: RFC, the trees and the oracle all skip it.
+#[test]
+fn inverted_port_ranges_match_nothing() {
+    let mut rules: Vec<Rule> = (0..12u8)
+        .map(|i| {
+            permit(
+                Prefix::v4(Ipv4Addr::new(10, i, 0, 0), 16),
+                Prefix::Any,
+                Proto::Number(6),
+                PortRange::ANY,
+                PortRange::single(80 + u16::from(i)),
+            )
+        })
+        .collect();
+    rules.insert(
+        0,
+        permit(
+            Prefix::Any,
+            Prefix::Any,
+            Proto::Any,
+            PortRange { lo: 1000, hi: 10 },
+            PortRange::ANY,
+        ),
+    );
+    rules.push(Rule::any(Action::Permit));
+    let compiled = Compiled::new(&rules).unwrap();
+    assert_eq!(compiled.ipv4_lookup(), "rfc");
+    let keys: Vec<FlowKey> = [0u16, 10, 11, 500, 999, 1000, 65535]
+        .iter()
+        .flat_map(|&sport| {
+            (0..3u8).map(move |i| {
+                FlowKey::v4(
+                    0,
+                    6,
+                    Ipv4Addr::new(10, i, 1, 1),
+                    Ipv4Addr::new(192, 0, 2, 1),
+                    sport,
+                    80 + u16::from(i),
+                )
+            })
+        })
+        .collect();
+    for key in &keys {
+        assert_ne!(compiled.classify(key), Some(0), "{key:?}");
+    }
+    check(rules, &keys).unwrap();
 }

@@ -52,16 +52,18 @@
 //!   [`floor`]); a rule set whose tables exceed [`MAX_BYTES`] at those floors is refused
 //!   at once (the firewall and IP-chain sets, whose address halves alone would pass it);
 //! - each table's build stops as soon as its class count, with the others' at their
-//!   floors or exact, makes the tables too large, and its exact count then raises the
-//!   floor for the tables after it;
+//!   floors or exact, makes the tables too large; once built, its exact count replaces
+//!   its floor in the bound the tables after it are held to;
 //! - the sweeps are charged before any of them runs and each cross product before it is
-//!   computed, and a phase-2 table stops as soon as its class count makes the last table
-//!   too large.
+//!   computed; a phase-2 pairing whose floor is already past its room is not tried, one
+//!   stops as soon as its class count makes the last table too large, and after one
+//!   fails the next is tried only within half the work budget.
 
 use super::rule::{Prefix, Proto, Rule};
 use super::{FlowKey, NO_MATCH};
 use floor::{Floor, Table, DIMENSIONS, PHASE0_BYTES};
 use rustc_hash::FxHashMap;
+use std::ops::ControlFlow;
 
 mod floor;
 
@@ -74,11 +76,6 @@ pub const MAX_BUILD_WORDS: u64 = 48 << 20;
 
 /// Chunks: source high and low halves, destination high and low, ports, protocol.
 const CHUNKS: usize = 7;
-
-/// The position of `order` in [`ORDERS`].
-fn order_index(order: [usize; 3]) -> usize {
-    ORDERS.iter().position(|&o| o == order).unwrap_or(0)
-}
 
 /// The phase-2 pairings: which phase-1 results (0 source, 1 destination, 2 ports)
 /// phase 2 combines, and which one phase 3 adds.
@@ -216,12 +213,12 @@ impl Classes {
 
 /// Sweeps the values `0..end` given each rule's `(index, lo, hi)` range: calls
 /// `segment(from, to, rules)` for each maximal run of values `from..to` held by the
-/// same rules (bit sets of `words` words).
+/// same rules (bit sets of `words` words), until it breaks.
 fn sweep(
     ranges: impl Iterator<Item = (u32, u64, u64)>,
     end: u64,
     words: usize,
-    mut segment: impl FnMut(u64, u64, &Set),
+    mut segment: impl FnMut(u64, u64, &Set) -> ControlFlow<()>,
 ) {
     // (value where it changes, rule, whether the rule starts there).
     let mut events: Vec<(u64, u32, bool)> = Vec::new();
@@ -250,7 +247,9 @@ fn sweep(
                     bits &= bits - 1;
                 }
             }
-            segment(from, to, &set);
+            if segment(from, to, &set).is_break() {
+                return;
+            }
             from = to;
         }
         let Some((_, index, starts)) = events.next() else {
@@ -297,7 +296,8 @@ impl<T: Copy> Cross<T> {
     }
 }
 
-/// Build state: the work spent so far against [`MAX_BUILD_WORDS`].
+/// Build state: the work spent so far against [`MAX_BUILD_WORDS`] and the table bytes
+/// against [`MAX_BYTES`].
 #[derive(Debug, Clone, Copy)]
 struct Budget {
     words: u64,
@@ -354,7 +354,7 @@ impl Rfc {
         } = Inputs::new(rules);
         // A rule set whose tables cannot fit even at their class counts' floors is
         // refused before any table is built; each table's build stops once its count
-        // alone makes them too large, and its exact count then raises the floor.
+        // alone makes them too large, and its exact count then replaces its floor.
         let floor = Floor::new(dimensions, &full);
         if !floor.fits() {
             return None;
@@ -386,18 +386,21 @@ impl Rfc {
         let dst_halves = [(&*dst_hi, &dst_hi_classes), (&*dst_lo, &dst_lo_classes)];
         let (dst, dst_classes) = build.address_cross(Table::Dst, dst_halves, &addresses[1])?;
 
-        // Phase 2 tries the pairs with the smallest product first. After one fails, the
-        // next is tried only if the build's work stays under half the budget with it
+        // Phase 2 tries the pairs with the smallest product first, skipping one whose
+        // floor is past its room. After one is tried and fails, the next is tried only
+        // if the build's work stays under half the budget with it
         // (a rule set whose pairings fail one after the other rarely has one that
         // fits); once one fits, the others are tried if the work stays under a quarter,
         // and the one whose tables come out smallest gets its last table built.
         let phase1 = [&src_classes, &dst_classes, &port_classes];
-        let mut orders = ORDERS;
-        orders.sort_by_key(|o| phase1[o[0]].len() * phase1[o[1]].len());
+        // Positions in `ORDERS`, smallest product first.
+        let mut orders = [0, 1, 2];
+        orders.sort_by_key(|&at| phase1[ORDERS[at][0]].len() * phase1[ORDERS[at][1]].len());
         // (order, phase-2 table and classes, bytes of the phase-2 and last tables).
         let mut best: Option<([usize; 3], Cross<u16>, Classes, usize)> = None;
         let mut failed = false;
-        for order in orders {
+        for at in orders {
+            let order = ORDERS[at];
             let room = match &best {
                 None => MAX_BYTES.saturating_sub(build.budget.bytes),
                 Some(best) => best.3 - 1,
@@ -407,7 +410,7 @@ impl Rfc {
             // do not start when the pairing's floor is already past it.
             let max_classes =
                 (room / 2).saturating_sub(phase1[order[0]].len() * phase1[order[1]].len()) / third;
-            if max_classes < build.floor.mid_floor(order_index(order)) {
+            if max_classes < build.floor.mid_floor(at) {
                 continue;
             }
             let allowed = match (&best, failed) {
@@ -428,7 +431,7 @@ impl Rfc {
                 continue;
             };
             debug_assert!(
-                mid_classes.len() >= build.floor.mid_floor(order_index(order)),
+                mid_classes.len() >= build.floor.mid_floor(at),
                 "phase-2 floor above its class count"
             );
             // Only the kept phase-2 table counts against the memory budget.
@@ -551,6 +554,11 @@ impl Inputs {
             let (Some(src), Some(dst)) = (v4_range(&rule.src), v4_range(&rule.dst)) else {
                 continue;
             };
+            // An inverted port range holds no port: the rule matches nothing (as in
+            // `Rule::matches`), so it gets no bit either.
+            if rule.src_port.lo > rule.src_port.hi || rule.dst_port.lo > rule.dst_port.hi {
+                continue;
+            }
             let halves = |(lo, hi): (u32, u32)| {
                 [
                     ((lo >> 16) as u16, (hi >> 16) as u16),
@@ -601,7 +609,8 @@ fn v4_range(prefix: &Prefix) -> Option<(u32, u32)> {
     }
 }
 
-/// Build state: the rules holding every value of each chunk, and the budget spent.
+/// Build state: the rules holding every value of each chunk, the budget spent, and
+/// the class counts' floors.
 struct Builder {
     /// Words per dense bit set.
     words: usize,
@@ -644,19 +653,20 @@ impl Builder {
         let ranges = ranges
             .iter()
             .map(|&(index, lo, hi)| (index, u64::from(lo), u64::from(hi)));
-        let mut full = false;
+        let mut stopped = false;
         sweep(ranges, 1 << 16, self.words, |from, to, set| {
-            if full {
-                return;
-            }
             match classes.intern_and(set, None) {
                 Some(class) if classes.len() <= max_classes => {
-                    table[from as usize..to as usize].fill(class)
+                    table[from as usize..to as usize].fill(class);
+                    ControlFlow::Continue(())
                 }
-                _ => full = true,
+                _ => {
+                    stopped = true;
+                    ControlFlow::Break(())
+                }
             }
         });
-        if full {
+        if stopped {
             return None;
         }
         self.built(which, &classes)?;
@@ -685,17 +695,20 @@ impl Builder {
         let ranges = ranges
             .iter()
             .map(|&(index, lo, hi)| (index, u64::from(lo), u64::from(hi)));
-        let mut full = false;
+        let mut stopped = false;
         sweep(ranges, 1 << 32, self.words, |from, _, set| {
-            if full {
-                return;
-            }
             match classes.intern_and(set, None) {
-                Some(class) if classes.len() <= max_classes => spans.push((from, class)),
-                _ => full = true,
+                Some(class) if classes.len() <= max_classes => {
+                    spans.push((from, class));
+                    ControlFlow::Continue(())
+                }
+                _ => {
+                    stopped = true;
+                    ControlFlow::Break(())
+                }
             }
         });
-        if full {
+        if stopped {
             return None;
         }
         self.built(which, &classes)?;
@@ -836,15 +849,15 @@ impl Builder {
         self.charge_cross(a, b, 2)?;
         let mut classes = Classes::new(a.covers | b.covers, &self.full);
         let mut table = vec![0u16; a.len() * b.len()];
-        let mut full = false;
+        let mut stopped = false;
         self.pairs(a, b, |position, left, right| {
             match classes.intern_and(left, Some(right)) {
                 Some(class) if classes.len() <= max_classes => table[position] = class,
-                _ => full = true,
+                _ => stopped = true,
             }
-            !full
+            !stopped
         });
-        if full {
+        if stopped {
             return None;
         }
         let cross = Cross {

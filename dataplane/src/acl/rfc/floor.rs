@@ -80,6 +80,21 @@ impl Table {
 
     /// The phase-1 tables in the order [`ORDERS`] names them.
     const PHASE1: [Self; 3] = [Self::Src, Self::Dst, Self::Ports];
+
+    /// Every table, in declaration order (`table as usize` is its position).
+    const ALL: [Self; TABLES] = [
+        Self::SrcHi,
+        Self::SrcLo,
+        Self::DstHi,
+        Self::DstLo,
+        Self::Sport,
+        Self::Dport,
+        Self::Proto,
+        Self::Src,
+        Self::Dst,
+        Self::PortPair,
+        Self::Ports,
+    ];
 }
 
 /// Per table its class count (exact once built, its floor until then), and per
@@ -111,20 +126,7 @@ impl Floor {
                 .unwrap_or(0)
                 .max(1)
         };
-        let classes = [
-            Table::SrcHi,
-            Table::SrcLo,
-            Table::DstHi,
-            Table::DstLo,
-            Table::Sport,
-            Table::Dport,
-            Table::Proto,
-            Table::Src,
-            Table::Dst,
-            Table::PortPair,
-            Table::Ports,
-        ]
-        .map(|table| {
+        let classes = Table::ALL.map(|table| {
             let (covers, dims) = table.covers_and_dimensions();
             floor(covers, dims)
         });
@@ -185,10 +187,11 @@ impl Floor {
     /// Whether the tables can still fit: their bytes at the floors within
     /// [`MAX_BYTES`], and no class count past what a table entry (`u16`) holds.
     pub(super) fn fits(&self) -> bool {
+        // Class ids are `u16` below `u16::MAX` (the hash chains' end mark).
         let limit = usize::from(u16::MAX);
         self.bytes() <= MAX_BYTES
-            && self.classes.iter().all(|&c| c < limit)
-            && self.mid.iter().all(|&c| c < limit)
+            && self.classes.iter().all(|&c| c <= limit)
+            && self.mid.iter().all(|&c| c <= limit)
     }
 
     /// The most classes `table` may have with the tables still fitting (the other
@@ -410,19 +413,7 @@ mod tests {
     /// over random rule sets of nested, overlapping and wild rules.
     #[test]
     fn floors_never_pass_the_class_counts() {
-        let tables = [
-            Table::SrcHi,
-            Table::SrcLo,
-            Table::DstHi,
-            Table::DstLo,
-            Table::Sport,
-            Table::Dport,
-            Table::Proto,
-            Table::Src,
-            Table::Dst,
-            Table::PortPair,
-            Table::Ports,
-        ];
+        let tables = Table::ALL;
         let mut rng = StdRng::seed_from_u64(23);
         let (mut floors, mut counts) = (0, 0);
         for round in 0..60 {
