@@ -3,13 +3,27 @@
 //! ferruled runs; pod A's traffic to pod B's IP crosses Ferrule's pipeline; an ACL stops
 //! it; pod B disconnects and reconnects; deleting ports under traffic returns every
 //! mbuf; a client-mode port reconnects to its pod across a ferruled restart.
-//! On 2 cores the pods and ferruled share CPUs: the test asserts on packet counts.
+//! On 2 cores the pods and ferruled share CPUs: the test asserts on packet counts, and
+//! the tests take turns (each runs busy-polling DPDK processes; two at once starved the
+//! client-mode test's pod past its timeout).
 
 use ferrule_e2e::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+/// Held by each test for its whole run, so the tests' DPDK processes never share the
+/// 2 CPUs with another test's.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// This test's turn (a test that failed while holding it does not block the others).
+fn turn() -> MutexGuard<'static, ()> {
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 /// A dpdk-testpmd pod, killed and waited for when dropped.
 struct Pod {
@@ -151,6 +165,7 @@ fn fails(o: &std::process::Output, field: &str) -> String {
 
 #[test]
 fn vhost_user_pods_come_and_go_under_traffic() {
+    let _turn = turn();
     let prefix = unique_prefix("vh");
     let mut d = Ferruled::start(&config(&prefix, ""), &prefix).expect("ferruled");
     let dir = d.dir.path().to_path_buf();
@@ -393,6 +408,7 @@ fn vhost_user_pods_come_and_go_under_traffic() {
 
 #[test]
 fn client_mode_ports_reconnect_across_a_ferruled_restart() {
+    let _turn = turn();
     let dir = tempfile::tempdir().expect("tempdir");
     let sock: PathBuf = dir.path().join("pod-c.sock");
     // The pod serves the socket (virtio_user in server mode) and sends all the time.
