@@ -270,6 +270,33 @@ fn sweep(
     }
 }
 
+/// [`sweep`] with each run's rules interned into `classes`: calls
+/// `run(from, to, class)` per run; `None` once `classes` passes `max_classes` (or
+/// `u16`), the sweep stopped there.
+fn sweep_classes(
+    ranges: impl Iterator<Item = (u32, u64, u64)>,
+    end: u64,
+    words: usize,
+    classes: &mut Classes,
+    max_classes: usize,
+    mut run: impl FnMut(u64, u64, u16),
+) -> Option<()> {
+    let mut stopped = false;
+    sweep(ranges, end, words, |from, to, set| {
+        match classes.intern_and(set, None) {
+            Some(class) if classes.len() <= max_classes => {
+                run(from, to, class);
+                ControlFlow::Continue(())
+            }
+            _ => {
+                stopped = true;
+                ControlFlow::Break(())
+            }
+        }
+    });
+    (!stopped).then_some(())
+}
+
 /// A dense bit set as a [`Set`] into `out`.
 fn sparse(dense: &[u64], out: &mut Vec<(u32, u64)>) {
     out.clear();
@@ -653,22 +680,14 @@ impl Builder {
         let ranges = ranges
             .iter()
             .map(|&(index, lo, hi)| (index, u64::from(lo), u64::from(hi)));
-        let mut stopped = false;
-        sweep(ranges, 1 << 16, self.words, |from, to, set| {
-            match classes.intern_and(set, None) {
-                Some(class) if classes.len() <= max_classes => {
-                    table[from as usize..to as usize].fill(class);
-                    ControlFlow::Continue(())
-                }
-                _ => {
-                    stopped = true;
-                    ControlFlow::Break(())
-                }
-            }
-        });
-        if stopped {
-            return None;
-        }
+        sweep_classes(
+            ranges,
+            1 << 16,
+            self.words,
+            &mut classes,
+            max_classes,
+            |from, to, class| table[from as usize..to as usize].fill(class),
+        )?;
         self.built(which, &classes)?;
         Some((table, classes))
     }
@@ -695,22 +714,14 @@ impl Builder {
         let ranges = ranges
             .iter()
             .map(|&(index, lo, hi)| (index, u64::from(lo), u64::from(hi)));
-        let mut stopped = false;
-        sweep(ranges, 1 << 32, self.words, |from, _, set| {
-            match classes.intern_and(set, None) {
-                Some(class) if classes.len() <= max_classes => {
-                    spans.push((from, class));
-                    ControlFlow::Continue(())
-                }
-                _ => {
-                    stopped = true;
-                    ControlFlow::Break(())
-                }
-            }
-        });
-        if stopped {
-            return None;
-        }
+        sweep_classes(
+            ranges,
+            1 << 32,
+            self.words,
+            &mut classes,
+            max_classes,
+            |from, _, class| spans.push((from, class)),
+        )?;
         self.built(which, &classes)?;
         // One value of each half class; the low ones in value order.
         let representatives = |table: &[u16; 1 << 16], count: usize| {

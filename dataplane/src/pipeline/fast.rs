@@ -493,29 +493,23 @@ mod tests {
             let t = Table::compile("t".into(), rules, vec![0], 1).expect("compile");
             vec![Arc::new(t)]
         };
-        let permit = vec![Rule::any(RuleAction::Permit)];
-        let (mut ingress, mut egress) = ([None; MAX_PORTS], [None; MAX_PORTS]);
-        ingress[usize::from(POD)] = Some(0);
-        snap.acl = Arc::new(AclTables::new(
-            table(permit.clone()),
-            ingress,
-            egress,
-            None,
-            1,
-        ));
+        // One permit-all table, attached on input to `ingress` and on output to `egress`.
+        let attached = |ingress: Option<u16>, egress: Option<u16>| {
+            let (mut on_input, mut on_output) = ([None; MAX_PORTS], [None; MAX_PORTS]);
+            if let Some(port) = ingress {
+                on_input[usize::from(port)] = Some(0);
+            }
+            if let Some(port) = egress {
+                on_output[usize::from(port)] = Some(0);
+            }
+            let permit = vec![Rule::any(RuleAction::Permit)];
+            Arc::new(AclTables::new(table(permit), on_input, on_output, None, 1))
+        };
+        snap.acl = attached(Some(POD), None);
         assert!(!check(&snap), "an ingress table on the port");
-        ingress[usize::from(POD)] = None;
-        egress[usize::from(UPLINK)] = Some(0);
-        snap.acl = Arc::new(AclTables::new(
-            table(permit.clone()),
-            ingress,
-            egress,
-            None,
-            1,
-        ));
+        snap.acl = attached(None, Some(UPLINK));
         assert!(!check(&snap), "an egress table on an output");
-        egress[usize::from(UPLINK)] = None;
-        snap.acl = Arc::new(AclTables::new(table(permit), ingress, egress, None, 1));
+        snap.acl = attached(None, None);
         assert!(check(&snap), "a table attached nowhere");
         // A tracer takes the stages.
         let mut frames = vec![testing::udp4(GW_MAC, [8, 8, 8, 8], 64, 10)];
