@@ -50,7 +50,8 @@
 //! Nodes are `u64` child references in one flat array per family, a node's `2^k`
 //! children contiguous. An inner reference holds its children's offset (bits 0-31),
 //! the cut dimension (32-35), the window's lowest bit (40-44) and the child mask
-//! (48-63); a leaf reference has bit 39 set and the index of its first rule record.
+//! (48-63); a leaf reference has bit 39 set, the index of its first rule record (bits
+//! 0-31) and its first rule's index (40-63, saturated at 2^24 - 1, so a lower bound).
 //! A leaf's records are contiguous, in priority order, the last one flagged.
 //!
 //! # Lookup
@@ -58,16 +59,17 @@
 //! A key becomes its family's field values. The trees are visited in order of the
 //! first rule they hold, and a tree whose first rule is not before a key's best match
 //! so far is skipped for that key. In a tree every step is one shift, one mask and one
-//! load. At the leaf the records are checked in order (a wrapping subtraction and one
-//! compare per range, vectorised over the four ranges of an IPv4 record, a masked
-//! compare for the protocol) until one matches, one is not before the best match, or
-//! the leaf ends. A burst of up to 32 keys goes through each tree together: all keys
-//! take a step, then those not yet at a leaf another, and so on, with the list of
-//! keys still walking compacted without branches; then every key checks the first two
-//! records of its leaf in one pass, and the few that need more finish their leaf one
-//! key at a time (its records are contiguous and by then mostly in cache; a round per
-//! record over all of them cost more than it overlapped). Independent keys thus
-//! overlap their cache misses.
+//! load. A leaf whose first rule (in its reference) is not before the key's best match
+//! is left without reading its records; otherwise the records are checked in order (a
+//! wrapping subtraction and one compare per range, vectorised over the four ranges of
+//! an IPv4 record, a masked compare for the protocol) until one matches, one is not
+//! before the best match, or the leaf ends. A burst of up to 32 keys goes through each
+//! tree together: all keys take a step, then those not yet at a leaf another, and so
+//! on, with the list of keys still walking compacted without branches; then every key
+//! checks the first two records of its leaf in one pass, and the few that need more
+//! finish their leaf one key at a time (its records are contiguous and by then mostly
+//! in cache; a round per record over all of them cost more than it overlapped).
+//! Independent keys thus overlap their cache misses.
 
 use super::rule::{Prefix, Proto, Rule};
 use super::{Classifier, ClassifierError, FlowKey, NO_MATCH};
@@ -115,6 +117,12 @@ const NONE: u32 = LAST - 1;
 const LEAF: u64 = 1 << 39;
 /// A leaf reference's record bits.
 const RECORD: u64 = 0xFFFF_FFFF;
+/// Where a leaf reference keeps its first rule's index (bits 40-63), saturated at
+/// [`FIRST_MAX`]: a lower bound, so a key whose best match is already before it skips
+/// the leaf without reading its records.
+const FIRST_SHIFT: u32 = 40;
+/// The largest first rule a leaf reference holds.
+const FIRST_MAX: u32 = (1 << 24) - 1;
 /// Keys walked down the trees together.
 const BURST: usize = 32;
 
@@ -129,6 +137,17 @@ struct RuleBox<const N: usize> {
     lo: [u32; N],
     hi: [u32; N],
     index: u32,
+}
+
+/// The reference of a leaf whose records start at `at` and whose first rule is
+/// `first_rule`.
+fn leaf_reference(at: u64, first_rule: u32) -> u64 {
+    LEAF | at | u64::from(first_rule.min(FIRST_MAX)) << FIRST_SHIFT
+}
+
+/// A lower bound on the first rule of the leaf `reference`.
+fn leaf_first(reference: u64) -> u32 {
+    (reference >> FIRST_SHIFT) as u32
 }
 
 /// The low `bits` bits set (`bits` at most 32).
@@ -377,7 +396,7 @@ impl<const N: usize, const R: usize> Builder<'_, N, R> {
     /// The reference of a leaf holding `list` (rule positions in `rules`).
     fn leaf(&mut self, list: &[u32]) -> Result<u64, Overflow> {
         if list.is_empty() {
-            return Ok(LEAF);
+            return Ok(leaf_reference(0, FIRST_MAX));
         }
         if let Some(&at) = self.leaves.get(list) {
             return Ok(at);
@@ -395,8 +414,9 @@ impl<const N: usize, const R: usize> Builder<'_, N, R> {
         if self.bytes() > self.limit {
             return Err(Overflow);
         }
-        self.leaves.insert(list.to_vec(), LEAF | at);
-        Ok(LEAF | at)
+        let reference = leaf_reference(at, rules[list[0] as usize].index);
+        self.leaves.insert(list.to_vec(), reference);
+        Ok(reference)
     }
 
     /// The best cut of a node holding `list` over `region`: the dimension, the
@@ -663,7 +683,7 @@ impl<const N: usize, const R: usize, const K: usize> Forest<N, R, K> {
                     if let Some(last) = records.last_mut() {
                         last.index |= LAST;
                     }
-                    LEAF | u64::try_from(at).map_err(|_| too_large())?
+                    leaf_reference(u64::try_from(at).map_err(|_| too_large())?, first_rule)
                 }
             };
             let bytes = nodes.len() * 8 + records.len() * std::mem::size_of::<Record<R>>();
@@ -684,13 +704,13 @@ impl<const N: usize, const R: usize, const K: usize> Forest<N, R, K> {
         })
     }
 
-    /// The first record of the leaf `key` reaches from `reference`.
+    /// The reference of the leaf `key` reaches from `reference`.
     #[inline(always)]
-    fn descend(&self, mut reference: u64, key: &[u32; K]) -> usize {
+    fn descend(&self, mut reference: u64, key: &[u32; K]) -> u64 {
         while reference & LEAF == 0 {
             reference = self.step(reference, key);
         }
-        (reference & RECORD) as usize
+        reference
     }
 
     /// The child of inner node `reference` that `key` falls in: the reference holds the
@@ -729,8 +749,10 @@ impl<const N: usize, const R: usize, const K: usize> Forest<N, R, K> {
             if tree.first_rule >= best {
                 break;
             }
-            let at = self.descend(tree.root, key);
-            best = self.scan(at, key, best);
+            let leaf = self.descend(tree.root, key);
+            if leaf_first(leaf) < best {
+                best = self.scan((leaf & RECORD) as usize, key, best);
+            }
         }
         if best == NONE {
             NO_MATCH
@@ -786,16 +808,21 @@ impl<const N: usize, const R: usize, const K: usize> Forest<N, R, K> {
                 count = next;
             }
             // A key leaves the scan at its first record that matches or is not
-            // before its best match. The first two records of every leaf are
-            // checked in one pass (the records end with a spare empty one, so the
-            // second always exists); a key that needs more finishes its leaf alone.
+            // before its best match, and skips a leaf whose first rule is not (its
+            // reference says so: no record read). The first two records of every
+            // leaf are checked in one pass (the records end with a spare empty one,
+            // so the second always exists); a key that needs more finishes its leaf
+            // alone.
             let mut count = 0;
             for &index in &taking[..taken] {
                 let index = usize::from(index) % BURST;
+                let best = out[index];
+                if leaf_first(cursor[index]) >= best {
+                    continue;
+                }
                 let at = (cursor[index] & RECORD) as usize;
                 let pair = &self.records[at..at + 2];
                 let key = &keys[index];
-                let best = out[index];
                 let first = pair[0].index & NONE;
                 let first_before = first < best;
                 let first_hit = first_before & pair[0].matches(key);
