@@ -50,8 +50,9 @@
 //! Nodes are `u64` child references in one flat array per family, a node's `2^k`
 //! children contiguous. An inner reference holds its children's offset (bits 0-31),
 //! the cut dimension (32-35), the window's lowest bit (40-44) and the child mask
-//! (48-63); a leaf reference has bit 39 set, the index of its first rule record (bits
-//! 0-31) and its first rule's index (40-63, saturated at 2^24 - 1, so a lower bound).
+//! (48-63); a leaf reference has bit 39 set, the position of its first record in bits
+//! 0-31 (bits 32-38 clear) and the index of its first rule in bits 40-63 (saturated at
+//! 2^24 - 1, so a lower bound; the empty leaf holds that maximum).
 //! A leaf's records are contiguous, in priority order, the last one flagged.
 //!
 //! # Lookup
@@ -118,11 +119,13 @@ const LEAF: u64 = 1 << 39;
 /// A leaf reference's record bits.
 const RECORD: u64 = 0xFFFF_FFFF;
 /// Where a leaf reference keeps its first rule's index (bits 40-63), saturated at
-/// [`FIRST_MAX`]: a lower bound, so a key whose best match is already before it skips
-/// the leaf without reading its records.
+/// [`FIRST_MAX`]: a lower bound, so a key whose best match is before it, or is it,
+/// leaves the leaf without reading its records.
 const FIRST_SHIFT: u32 = 40;
-/// The largest first rule a leaf reference holds.
+/// The largest first rule a leaf reference holds (also the empty leaf's).
 const FIRST_MAX: u32 = (1 << 24) - 1;
+/// The reference of the empty leaf: record 0, which no key matches.
+const EMPTY_LEAF: u64 = leaf_reference(0, FIRST_MAX);
 /// Keys walked down the trees together.
 const BURST: usize = 32;
 
@@ -141,8 +144,13 @@ struct RuleBox<const N: usize> {
 
 /// The reference of a leaf whose records start at `at` and whose first rule is
 /// `first_rule`.
-fn leaf_reference(at: u64, first_rule: u32) -> u64 {
-    LEAF | at | u64::from(first_rule.min(FIRST_MAX)) << FIRST_SHIFT
+const fn leaf_reference(at: u64, first_rule: u32) -> u64 {
+    let first = if first_rule < FIRST_MAX {
+        first_rule
+    } else {
+        FIRST_MAX
+    };
+    LEAF | at | (first as u64) << FIRST_SHIFT
 }
 
 /// A lower bound on the first rule of the leaf `reference`.
@@ -396,7 +404,7 @@ impl<const N: usize, const R: usize> Builder<'_, N, R> {
     /// The reference of a leaf holding `list` (rule positions in `rules`).
     fn leaf(&mut self, list: &[u32]) -> Result<u64, Overflow> {
         if list.is_empty() {
-            return Ok(leaf_reference(0, FIRST_MAX));
+            return Ok(EMPTY_LEAF);
         }
         if let Some(&at) = self.leaves.get(list) {
             return Ok(at);
@@ -610,7 +618,7 @@ impl<const N: usize, const R: usize> Builder<'_, N, R> {
         if self.bytes() + count * 8 > self.limit || at + count > RECORD as usize {
             return Err(Overflow);
         }
-        self.nodes.resize(at + count, LEAF);
+        self.nodes.resize(at + count, EMPTY_LEAF);
         for c in 0..count {
             let list = &members[offsets[c] as usize..offsets[c + 1] as usize];
             let reference = if c > 0
@@ -620,7 +628,7 @@ impl<const N: usize, const R: usize> Builder<'_, N, R> {
             {
                 self.nodes[at + c - 1]
             } else if list.is_empty() {
-                LEAF
+                EMPTY_LEAF
             } else {
                 let mut child = region;
                 child[d] = child_pattern(c);
@@ -808,8 +816,8 @@ impl<const N: usize, const R: usize, const K: usize> Forest<N, R, K> {
                 count = next;
             }
             // A key leaves the scan at its first record that matches or is not
-            // before its best match, and skips a leaf whose first rule is not (its
-            // reference says so: no record read). The first two records of every
+            // before its best match, and skips a leaf whose first rule is not before
+            // its best match (its reference says so: no record read). The first two records of every
             // leaf are checked in one pass (the records end with a spare empty one,
             // so the second always exists); a key that needs more finishes its leaf
             // alone.
