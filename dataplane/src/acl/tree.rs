@@ -815,12 +815,12 @@ impl<const N: usize, const R: usize, const K: usize> Forest<N, R, K> {
                 }
                 count = next;
             }
-            // A key leaves the scan at its first record that matches or is not
-            // before its best match, and skips a leaf whose first rule is not before
-            // its best match (its reference says so: no record read). The first two records of every
-            // leaf are checked in one pass (the records end with a spare empty one,
-            // so the second always exists); a key that needs more finishes its leaf
-            // alone.
+            // A key skips a leaf whose first rule is not before its best match (the
+            // leaf's reference says so: no record read), and otherwise leaves the scan
+            // at its first record that matches or is not before its best match. The
+            // first two records of every leaf are checked in one pass (the records end
+            // with a spare empty one, so the second always exists); a key that needs
+            // more finishes its leaf alone.
             let mut count = 0;
             for &index in &taking[..taken] {
                 let index = usize::from(index) % BURST;
