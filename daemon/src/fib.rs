@@ -282,6 +282,13 @@ impl Fib {
                 true,
             );
         }
+        // Route tables are placed in memory by cloning (dense parts of tbl24 go on huge
+        // pages, `lpm::placement`); later updates clone anyway, the start-up set is
+        // placed here.
+        for n in &mut fib.nets {
+            n.lpm4 = Arc::new((*n.lpm4).clone());
+            n.lpm6 = Arc::new((*n.lpm6).clone());
+        }
         Ok(fib)
     }
 

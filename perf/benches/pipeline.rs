@@ -9,6 +9,11 @@
 //! address a secondary IP of a secondary ENI (the per-ENI egress path: the frames
 //! leave by the ENI's table).
 //!
+//! The route table is measured as the daemon publishes it, a clone (every update clones
+//! the current table: dense parts of a clone are on transparent huge pages), and once
+//! as built by inserts (all on 4 KiB pages). `rte_lpm` runs on DPDK's `--no-huge`
+//! memory, or on hugepages with `FERRULE_BENCH_BASELINE_HUGE=1`.
+//!
 //! `cargo bench -p ferrule-perf --bench pipeline -- --warm-up-time 1 --measurement-time 3`
 
 use criterion::{black_box, Criterion, Throughput};
@@ -183,7 +188,9 @@ fn bench(c: &mut Criterion) {
     let routes = v4_routes(&mut rng, n_routes);
     let addrs = v4_addrs(&mut rng, &routes, FRAMES, 1.0);
     let frames: Vec<Vec<u8>> = addrs.iter().map(|&a| frame(a)).collect();
-    let snap = snapshot(&routes);
+    let built = snapshot(&routes);
+    // What a worker reads: the daemon publishes a clone of the table it updated.
+    let snap = published(&built);
     // FERRULE_BENCH_NO_BASELINE=1 skips building rte_lpm (slow to fill: ~1 minute for
     // 1M routes) when profiling Ferrule's side alone.
     let baseline = std::env::var_os("FERRULE_BENCH_NO_BASELINE").is_none();
@@ -257,6 +264,25 @@ fn bench(c: &mut Criterion) {
                 let mut slots = Slots(burst);
                 pipeline::process_burst(
                     &snap,
+                    0,
+                    &mut slots,
+                    &mut actions,
+                    &mut scratch,
+                    None,
+                    &mut NoTrace,
+                );
+                black_box(&actions);
+            })
+        })
+    });
+    // The same path on the table as built by inserts, never cloned: tbl24 and the tbl8
+    // groups on 4 KiB pages.
+    g.bench_function("ferrule_pipeline_as_built_burst32", |b| {
+        b.iter_custom(|iters| {
+            run(iters, &mut |burst| {
+                let mut slots = Slots(burst);
+                pipeline::process_burst(
+                    &built,
                     0,
                     &mut slots,
                     &mut actions,
@@ -449,6 +475,16 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
+/// `snap` as the daemon publishes it after an update: its route tables cloned.
+fn published(snap: &Snapshot) -> Snapshot {
+    let mut out = snap.clone();
+    for n in &mut out.networks {
+        n.lpm4 = Arc::new((*n.lpm4).clone());
+        n.lpm6 = Arc::new((*n.lpm6).clone());
+    }
+    out
+}
+
 /// `snap` with port 0 a pod port whose pod is the frames' source (MAC and address).
 fn as_pod(snap: &Snapshot) -> Snapshot {
     let mut out = snap.clone();
@@ -615,11 +651,17 @@ fn main() {
     if !std::env::args().any(|a| a == "--bench") {
         return;
     }
+    // The baseline's memory: DPDK's own hugepages, or anonymous 4 KiB pages.
+    let memory = if std::env::var_os("FERRULE_BENCH_BASELINE_HUGE").is_some() {
+        "--in-memory"
+    } else {
+        "--no-huge"
+    };
     let args: Vec<String> = [
         "pipeline-bench",
         "-l",
         "0",
-        "--no-huge",
+        memory,
         "--no-shconf",
         "--no-pci",
         "--no-telemetry",

@@ -17,11 +17,16 @@
 //! - Routes shorter than /8 live in a 256-entry table indexed by the top address byte,
 //!   consulted only when the main table has nothing: a VRF holding just a default route
 //!   costs kilobytes, not the 64 MiB a filled DIR-24-8 root would.
+//! - A clone is also where a table is placed in memory: the parts of the root table that
+//!   the clone fills at least half of, and the groups, go on transparent huge pages
+//!   (`placement`), so a full routing table's lookups do not miss the TLB on every
+//!   4 KiB page. A table built by inserts and never cloned stays on 4 KiB pages.
 
 #![forbid(unsafe_code)]
 
 mod entry;
 mod lazy;
+mod placement;
 mod rules;
 mod short;
 mod trie;

@@ -27,7 +27,6 @@ enum Table {
     Group(usize),
 }
 
-#[derive(Clone)]
 pub(crate) struct Trie<const ROOT_BITS: u32, const ROOT_ENTRIES: usize> {
     /// Indexed by the top `ROOT_BITS` bits.
     pub(crate) root: LazyTable<ROOT_ENTRIES>,
@@ -37,6 +36,19 @@ pub(crate) struct Trie<const ROOT_BITS: u32, const ROOT_ENTRIES: usize> {
     free: Vec<u32>,
     /// Longest route length the trie holds; the deepest level ends there.
     max_len: u8,
+}
+
+/// A clone places the root's dense parts and the groups on huge pages
+/// ([`super::placement`]).
+impl<const ROOT_BITS: u32, const ROOT_ENTRIES: usize> Clone for Trie<ROOT_BITS, ROOT_ENTRIES> {
+    fn clone(&self) -> Self {
+        Trie {
+            root: self.root.clone(),
+            groups: super::placement::clone_dense(&self.groups),
+            free: self.free.clone(),
+            max_len: self.max_len,
+        }
+    }
 }
 
 impl<const ROOT_BITS: u32, const ROOT_ENTRIES: usize> Trie<ROOT_BITS, ROOT_ENTRIES> {
