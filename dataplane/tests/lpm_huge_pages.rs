@@ -1,5 +1,5 @@
 //! Checks that a clone of an LPM table puts a dense tbl24 on transparent huge pages and
-//! leaves a sparse one on the pages it wrote. (Its own test binary: the huge-page count
+//! leaves a sparse one on the pages it wrote, no more of them than the inserts dirtied. (Its own test binary: the huge-page count
 //! is per process, and another test's allocations would move it.)
 
 use ferrule_dataplane::lpm::Lpm4;
@@ -14,6 +14,17 @@ fn anon_huge_bytes() -> usize {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .expect("AnonHugePages line");
     kib << 10
+}
+
+/// Resident set size of this process, in bytes.
+fn rss_bytes() -> usize {
+    let statm = std::fs::read_to_string("/proc/self/statm").expect("/proc/self/statm");
+    let pages: usize = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("statm resident field");
+    pages * 4096
 }
 
 /// The kernel's transparent huge page mode: `always`, `madvise` or `never`.
@@ -52,6 +63,7 @@ fn a_clone_puts_dense_tbl24_on_huge_pages_and_sparse_not() {
         assert_eq!(dense.lookup_u32(a), dense_clone.lookup_u32(a));
     }
     // Sparse: 4,000 /24 routes spread over the address space, a 4 KiB page each.
+    let rss_start = rss_bytes();
     let mut sparse = Lpm4::new();
     for i in 0..4_000u32 {
         sparse
@@ -63,11 +75,19 @@ fn a_clone_puts_dense_tbl24_on_huge_pages_and_sparse_not() {
             .unwrap();
     }
     let before = anon_huge_bytes();
+    let rss_built = rss_bytes();
     let sparse_clone = sparse.clone();
     let gained = anon_huge_bytes().saturating_sub(before);
     // In `always` mode the kernel uses huge pages whatever the advice.
     if mode == "madvise" {
         assert_eq!(gained, 0, "a sparse tbl24 clone went onto huge pages");
+        // And the clone dirties no more memory than the inserts did (its copies must
+        // not spill into the neighbouring memory pages of each written entry).
+        let (built, cloned) = (rss_built - rss_start, rss_bytes() - rss_built);
+        assert!(
+            cloned <= built + built / 4,
+            "built {built} bytes resident, the clone {cloned}"
+        );
     }
     assert_eq!(sparse_clone.len(), sparse.len());
 }

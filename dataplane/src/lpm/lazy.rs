@@ -13,6 +13,8 @@ use super::placement;
 
 /// Entries per tracked page (4 KiB of `u32`).
 const PAGE_ENTRIES: usize = 1024;
+/// Entries per 64-byte cache line.
+const LINE_ENTRIES: usize = 16;
 
 pub(crate) struct LazyTable<const N: usize> {
     /// The entries. Readers index it directly.
@@ -81,7 +83,16 @@ impl<const N: usize> Clone for LazyTable<N> {
                 bits &= bits - 1;
                 let start = page * PAGE_ENTRIES;
                 let end = (start + PAGE_ENTRIES).min(N);
-                entries[start..end].copy_from_slice(&self.entries[start..end]);
+                // Only the cache lines holding something: the fresh table is zero, and
+                // a tracked page need not sit on a memory page (the allocation starts a
+                // few bytes in), so copying all of it would dirty the memory pages on
+                // both sides of the entries that were written.
+                let (to, from) = (&mut entries[start..end], &self.entries[start..end]);
+                for (d, s) in to.chunks_mut(LINE_ENTRIES).zip(from.chunks(LINE_ENTRIES)) {
+                    if s.iter().any(|&e| e != 0) {
+                        d.copy_from_slice(s);
+                    }
+                }
             }
         }
         LazyTable {
