@@ -1,6 +1,7 @@
 //! Checks that a clone of an LPM table puts a dense tbl24 on transparent huge pages and
-//! leaves a sparse one on the pages it wrote, no more of them than the inserts dirtied. (Its own test binary: the huge-page count
-//! is per process, and another test's allocations would move it.)
+//! leaves a sparse one on the pages it wrote, dirtying no more of them than the inserts
+//! did. (Its own test binary: the huge-page count and the resident set are per process,
+//! and another test's allocations would move them.)
 
 use ferrule_dataplane::lpm::Lpm4;
 use std::net::Ipv4Addr;
