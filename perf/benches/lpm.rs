@@ -1,6 +1,9 @@
 //! Criterion benchmark of the LPM route tables: `Lpm4` with a BGP-sized table (1M routes)
 //! side by side with DPDK's `rte_lpm` on the same routes and addresses in the same run,
 //! and `Lpm6` with 100k routes. Build time and memory are printed before the timings.
+//! `Lpm4` is timed as workers read it, a clone (every update publishes one: a clone puts
+//! the dense parts of the table on transparent huge pages), and as built by inserts (on
+//! 4 KiB pages). `FERRULE_BENCH_ROUTES=N` sets the IPv4 table's size (1M by default).
 //!
 //! `cargo bench -p ferrule-perf --bench lpm -- --warm-up-time 1 --measurement-time 3`
 
@@ -97,37 +100,58 @@ fn rte_result(raw: u32) -> u32 {
     }
 }
 
+/// A `kB` field of this process's `/proc/self/smaps_rollup`, in bytes.
+fn memory_field(name: &str) -> usize {
+    let rollup = std::fs::read_to_string("/proc/self/smaps_rollup").expect("smaps_rollup");
+    let kib: usize = rollup
+        .lines()
+        .find_map(|l| l.strip_prefix(name))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("smaps_rollup field");
+    kib << 10
+}
+
 fn mib(bytes: usize) -> f64 {
     bytes as f64 / (1 << 20) as f64
 }
 
 fn bench_v4(c: &mut Criterion) {
     let mut rng = StdRng::seed_from_u64(SEED);
-    let routes = v4_routes(&mut rng, ROUTES4);
+    let n_routes = std::env::var("FERRULE_BENCH_ROUTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(ROUTES4);
+    let routes = v4_routes(&mut rng, n_routes);
     let addrs = v4_addrs(&mut rng, &routes, BATCH * BATCHES, 0.5);
 
+    let rss_start = memory_field("Rss:");
     let start = Instant::now();
     let mut lpm = Lpm4::new();
     for &(p, len, nh) in &routes {
         lpm.insert(Ipv4Addr::from(p), len, nh).expect("route fits");
     }
     let build = start.elapsed();
+    let (rss_built, huge_built) = (memory_field("Rss:"), memory_field("AnonHugePages:"));
+    let start = Instant::now();
+    let published = lpm.clone();
+    let clone = start.elapsed();
+    let (rss_cloned, huge_cloned) = (memory_field("Rss:"), memory_field("AnonHugePages:"));
     let start = Instant::now();
     let rte = rte_lpm(&routes);
     let rte_build = start.elapsed();
-    let start = Instant::now();
-    let snapshot = lpm.clone();
-    let clone = start.elapsed();
-    drop(snapshot);
     println!(
         "lpm4: {} routes, build {:.2?} (rte_lpm_add: {:.2?}), clone {:.2?}, \
-         memory_bytes {:.1} MiB, {} tbl8 groups",
+         memory_bytes {:.1} MiB, {} tbl8 groups; resident: built {:.1} MiB, \
+         clone {:.1} MiB ({:.1} MiB of it on huge pages)",
         lpm.len(),
         build,
         rte_build,
         clone,
         mib(lpm.memory_bytes()),
-        lpm.tbl8_groups()
+        lpm.tbl8_groups(),
+        mib(rss_built - rss_start),
+        mib(rss_cloned - rss_built),
+        mib(huge_cloned.saturating_sub(huge_built)),
     );
 
     // Outside the timings: both tables agree on every benchmark address.
@@ -144,6 +168,7 @@ fn bench_v4(c: &mut Criterion) {
             Ipv4Addr::from(a)
         );
         assert_eq!(o, lpm.lookup_u32(a));
+        assert_eq!(o, published.lookup_u32(a));
         hits += usize::from(o != NO_ROUTE);
     }
     println!(
@@ -153,11 +178,23 @@ fn bench_v4(c: &mut Criterion) {
     );
 
     let batches: Vec<&[u32]> = addrs.chunks(BATCH).collect();
-    let mut g = c.benchmark_group("lpm4_1M_routes");
+    let size = match n_routes {
+        n if n % 1_000_000 == 0 => format!("{}M", n / 1_000_000),
+        n if n % 1_000 == 0 => format!("{}k", n / 1_000),
+        n => n.to_string(),
+    };
+    let mut g = c.benchmark_group(format!("lpm4_{size}_routes"));
     g.throughput(Throughput::Elements(BATCH as u64));
     let mut out = [0u32; BATCH];
     let mut k = 0;
     g.bench_function("ferrule_lookup_batch", |b| {
+        b.iter(|| {
+            k = (k + 1) % BATCHES;
+            published.lookup_batch(black_box(batches[k]), &mut out);
+            black_box(&out);
+        })
+    });
+    g.bench_function("ferrule_lookup_batch_as_built", |b| {
         b.iter(|| {
             k = (k + 1) % BATCHES;
             lpm.lookup_batch(black_box(batches[k]), &mut out);
@@ -168,7 +205,7 @@ fn bench_v4(c: &mut Criterion) {
         b.iter(|| {
             k = (k + 1) % BATCHES;
             for (&a, o) in black_box(batches[k]).iter().zip(out.iter_mut()) {
-                *o = lpm.lookup_u32(a);
+                *o = published.lookup_u32(a);
             }
             black_box(&out);
         })
