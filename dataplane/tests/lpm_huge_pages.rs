@@ -3,30 +3,12 @@
 //! did. (Its own test binary: the huge-page count and the resident set are per process,
 //! and another test's allocations would move them.)
 
+#[path = "common/process_memory.rs"]
+mod process_memory;
+
 use ferrule_dataplane::lpm::Lpm4;
+use process_memory::{anon_huge_bytes, rss_bytes};
 use std::net::Ipv4Addr;
-
-/// This process's anonymous memory on transparent huge pages, in bytes.
-fn anon_huge_bytes() -> usize {
-    let rollup = std::fs::read_to_string("/proc/self/smaps_rollup").expect("smaps_rollup");
-    let kib: usize = rollup
-        .lines()
-        .find_map(|l| l.strip_prefix("AnonHugePages:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("AnonHugePages line");
-    kib << 10
-}
-
-/// Resident set size of this process, in bytes.
-fn rss_bytes() -> usize {
-    let statm = std::fs::read_to_string("/proc/self/statm").expect("/proc/self/statm");
-    let pages: usize = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .expect("statm resident field");
-    pages * 4096
-}
 
 /// The kernel's transparent huge page mode: `always`, `madvise` or `never`.
 fn thp_mode() -> String {

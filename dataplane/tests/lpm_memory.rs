@@ -2,19 +2,12 @@
 //! only in `memory_bytes()`: tbl24 is reserved as zero pages and never written.
 //! (Its own test binary: resident memory is per process.)
 
-use ferrule_dataplane::lpm::{Lpm4, Lpm6};
-use std::net::{Ipv4Addr, Ipv6Addr};
+#[path = "common/process_memory.rs"]
+mod process_memory;
 
-/// Resident set size of this process, in bytes.
-fn rss_bytes() -> usize {
-    let statm = std::fs::read_to_string("/proc/self/statm").expect("/proc/self/statm");
-    let pages: usize = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .expect("statm resident field");
-    pages * 4096
-}
+use ferrule_dataplane::lpm::{Lpm4, Lpm6};
+use process_memory::rss_bytes;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 #[test]
 fn default_route_vrfs_cost_kilobytes() {
