@@ -283,8 +283,10 @@ impl Fib {
             );
         }
         // Route tables are placed in memory by cloning (dense parts of tbl24 go on huge
-        // pages, `lpm::placement`); later updates clone anyway, the start-up set is
-        // placed here.
+        // pages, `lpm::placement`): an update clones a table the published snapshot
+        // shares (`Arc::make_mut`), and the start-up set is placed here. (Updates to a
+        // table not yet published since its last clone write in place, on the pages it
+        // has.)
         for n in &mut fib.nets {
             n.lpm4 = Arc::new((*n.lpm4).clone());
             n.lpm6 = Arc::new((*n.lpm6).clone());

@@ -3,7 +3,7 @@
 //! and `Lpm6` with 100k routes. Build time and memory are printed before the timings.
 //! Both are timed as workers read them, a clone (every update publishes one: a clone puts
 //! the dense parts of the table on transparent huge pages), and as built by inserts (on
-//! 4 KiB pages). `FERRULE_BENCH_ROUTES=N` sets the IPv4 table's size (1M by default).
+//! 4 KiB pages with THP in `madvise` mode). `FERRULE_BENCH_ROUTES=N` sets the IPv4 table's size (1M by default).
 //!
 //! `cargo bench -p ferrule-perf --bench lpm -- --warm-up-time 1 --measurement-time 3`
 

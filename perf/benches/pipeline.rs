@@ -11,8 +11,9 @@
 //!
 //! The route table is measured as the daemon publishes it, a clone (every update clones
 //! the current table: dense parts of a clone are on transparent huge pages), and once
-//! as built by inserts (all on 4 KiB pages). `rte_lpm` runs on DPDK's `--no-huge`
-//! memory, or on hugepages with `FERRULE_BENCH_BASELINE_HUGE=1`.
+//! as built by inserts (all on 4 KiB pages with THP in `madvise` mode; in `always` mode
+//! the two do not differ). `rte_lpm` runs on DPDK's `--no-huge` memory, or on hugepages
+//! with `FERRULE_BENCH_BASELINE_HUGE=1`.
 //!
 //! `cargo bench -p ferrule-perf --bench pipeline -- --warm-up-time 1 --measurement-time 3`
 
@@ -282,7 +283,7 @@ fn bench(c: &mut Criterion) {
     let cases: [(&str, &Snapshot, u16); 8] = [
         ("ferrule_pipeline_burst32", &snap, 1),
         // The table as built by inserts, never cloned: tbl24 and the tbl8 groups on
-        // 4 KiB pages.
+        // 4 KiB pages (THP in `madvise` mode).
         ("ferrule_pipeline_as_built_burst32", &built, 1),
         ("ferrule_pipeline_acl1000_burst32", &acl_snap, 1),
         ("ferrule_pipeline_pod_burst32", &pod_snap, 1),

@@ -1,4 +1,5 @@
-//! Memory helpers for the fast path's big preallocated tables (the connection table):
+//! Memory helpers for the fast path's big tables (the connection table, the dense parts
+//! of the LPM route tables):
 //! transparent-huge-page advice for fresh memory, so that random accesses into
 //! hundreds of MiB do not also miss the TLB on every 4 KiB page, and a cache prefetch
 //! hint, so that a burst's table misses overlap.

@@ -20,7 +20,8 @@
 //! - A clone is also where a table is placed in memory: the parts of the root table that
 //!   the clone fills at least half of, and the groups, go on transparent huge pages
 //!   (`placement`), so a full routing table's lookups do not miss the TLB on every
-//!   4 KiB page. A table built by inserts and never cloned stays on 4 KiB pages.
+//!   4 KiB page. A table built by inserts and never cloned stays on 4 KiB pages (with
+//!   THP in `madvise` mode; in `always` mode the kernel picks either way).
 
 #![forbid(unsafe_code)]
 

@@ -54,13 +54,21 @@ pub(crate) fn advise<T>(mem: &mut [T]) -> bool {
     }
 }
 
-/// A copy of `v` (a table every element of which is in use, such as the tbl8 groups)
-/// in fresh memory advised onto huge pages before it is written.
-pub(crate) fn clone_dense<T: Copy>(v: &Vec<T>) -> Vec<T> {
-    let mut out = Vec::with_capacity(v.len());
-    if std::mem::size_of_val(v.as_slice()) >= HUGE_PAGE {
-        advise(&mut out.spare_capacity_mut()[..v.len()]);
+/// A copy of `v` (a table nearly every element of which is in use, such as the tbl8
+/// groups) in fresh memory advised onto huge pages before it is written, with room to
+/// grow to the end of its last huge page: the next update that adds a group then writes
+/// in place instead of moving the table to memory nobody advised.
+///
+/// The memory comes from the allocator: above its mmap threshold (32 MiB at most in
+/// glibc) it is always fresh; a smaller table may reuse freed heap memory, whose pages
+/// already written stay as they are (the advice then only marks the range).
+pub(crate) fn clone_dense<T: Copy>(v: &[T]) -> Vec<T> {
+    let size = std::mem::size_of::<T>().max(1);
+    if v.len() * size < HUGE_PAGE {
+        return v.to_vec();
     }
+    let mut out = Vec::with_capacity((v.len() * size).next_multiple_of(HUGE_PAGE) / size);
+    advise(out.spare_capacity_mut());
     out.extend_from_slice(v);
     out
 }
@@ -99,8 +107,13 @@ mod tests {
 
     #[test]
     fn clone_dense_copies() {
-        let v: Vec<u32> = (0..(HUGE_PAGE / 4 * 2) as u32).collect();
-        assert_eq!(clone_dense(&v), v);
+        let v: Vec<u32> = (0..(HUGE_PAGE / 4 * 2 + 5) as u32).collect();
+        let c = clone_dense(&v);
+        assert_eq!(c, v);
+        assert!(
+            c.capacity() >= 3 * HUGE_PAGE / 4,
+            "room to the end of the huge page"
+        );
         let small = vec![1u32, 2, 3];
         assert_eq!(clone_dense(&small), small);
     }

@@ -266,8 +266,9 @@ impl<const ROOT_BITS: u32, const ROOT_ENTRIES: usize> Trie<ROOT_BITS, ROOT_ENTRI
         }
     }
 
-    /// Bytes the trie occupies: written root pages plus all groups. (The group vector's
-    /// spare capacity is left out: it is never written, so never backed by memory.)
+    /// Bytes the trie occupies: written root pages (in 4 KiB pages) plus all groups.
+    /// (The group vector's spare capacity is left out: it is never written, so never
+    /// backed by memory.)
     pub(crate) fn memory_bytes(&self) -> usize {
         self.root.resident_bytes() + self.groups.len() * 4 + self.free.capacity() * 4
     }

@@ -206,6 +206,8 @@ impl Lpm4 {
 
     /// Bytes the table occupies: the written 4 KiB pages of tbl24 (the rest is untouched
     /// zero pages), the tbl8 groups, the short-route table and the master route set.
+    /// Counted in 4 KiB pages: a clone's dense stretches of tbl24, on huge pages, can
+    /// cost up to twice their share.
     pub fn memory_bytes(&self) -> usize {
         std::mem::size_of::<Self>() + self.trie.memory_bytes() + self.rules.memory_bytes()
     }

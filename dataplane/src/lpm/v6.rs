@@ -1,7 +1,8 @@
 //! [`Lpm6`]: the IPv6 route table of a VRF.
 //!
 //! Routes up to /64 live in a multibit trie: a root indexed by the top 24 address bits
-//! (64 MiB of address space, backed only where written: a 4 KiB page per 1024 /24s) and
+//! (64 MiB of address space, backed only where written: a 4 KiB page per 1024 /24s, or
+//! in a clone a 2 MiB huge page where at least half of its pages are written) and
 //! 256-entry groups for each further byte down to bit 64, leaf-pushed like
 //! [`Lpm4`](super::Lpm4) — a /48 costs at most 4 dependent reads, a /64 at most 6, and
 //! most misses stop at the root. (A 16-bit root costs one more level on every path; in

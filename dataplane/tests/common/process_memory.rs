@@ -24,3 +24,26 @@ pub fn anon_huge_bytes() -> usize {
         .expect("AnonHugePages line");
     kib << 10
 }
+
+/// Bytes of this process's mappings advised onto transparent huge pages
+/// (`MADV_HUGEPAGE`: `hg` among their `VmFlags`), whether or not the kernel has backed
+/// them with huge pages yet.
+pub fn advised_huge_bytes() -> usize {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").expect("/proc/self/smaps");
+    let (mut size_kib, mut total_kib) = (0usize, 0usize);
+    for line in smaps.lines() {
+        if let Some(v) = line.strip_prefix("Size:") {
+            size_kib = v
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse()
+                .expect("Size");
+        } else if let Some(flags) = line.strip_prefix("VmFlags:") {
+            if flags.split_whitespace().any(|f| f == "hg") {
+                total_kib += size_kib;
+            }
+        }
+    }
+    total_kib << 10
+}
