@@ -21,6 +21,14 @@ fn thp_mode() -> String {
     modes[start..end].to_string()
 }
 
+/// Whether advising fresh memory onto huge pages shows in this process's mappings.
+fn kernel_marks_advice() -> bool {
+    let mut probe: Vec<u8> = Vec::with_capacity(6 << 20);
+    let before = advised_huge_bytes();
+    let took = ferrule_dataplane::dpdk::memory::advise_huge_pages(probe.spare_capacity_mut());
+    took && advised_huge_bytes() > before
+}
+
 #[test]
 fn a_clone_advises_dense_tbl24_onto_huge_pages_and_sparse_not() {
     let mode = thp_mode();
@@ -56,6 +64,12 @@ fn a_clone_advises_dense_tbl24_onto_huge_pages_and_sparse_not() {
     }
     drop((sparse, sparse_clone));
 
+    // Where the kernel cannot take the advice (built without transparent huge pages, or
+    // a sandbox that accepts it and does nothing), there is nothing more to check.
+    if !kernel_marks_advice() {
+        eprintln!("this kernel does not mark memory advised onto huge pages: dense case skipped");
+        return;
+    }
     // Dense: 64 /8 routes write 64 × 256 KiB of tbl24, eight whole huge pages of it.
     let mut dense = Lpm4::new();
     for i in 0..64u8 {

@@ -67,7 +67,8 @@ pub(crate) fn clone_dense<T: Copy>(v: &[T]) -> Vec<T> {
     if v.len() * size < HUGE_PAGE {
         return v.to_vec();
     }
-    let mut out = Vec::with_capacity((v.len() * size).next_multiple_of(HUGE_PAGE) / size);
+    // At least one element of room, to the end of the huge page that holds it.
+    let mut out = Vec::with_capacity((v.len() * size + 1).next_multiple_of(HUGE_PAGE) / size);
     advise(out.spare_capacity_mut());
     out.extend_from_slice(v);
     out

@@ -268,7 +268,8 @@ impl<const ROOT_BITS: u32, const ROOT_ENTRIES: usize> Trie<ROOT_BITS, ROOT_ENTRI
 
     /// Bytes the trie occupies: written root pages (in 4 KiB pages) plus all groups.
     /// (The group vector's spare capacity is left out: it is never written, so never
-    /// backed by memory.)
+    /// backed by memory, except in a clone, where it lies in advised memory and the rest
+    /// of the last huge page the groups reach is backed too: up to 2 MiB more.)
     pub(crate) fn memory_bytes(&self) -> usize {
         self.root.resident_bytes() + self.groups.len() * 4 + self.free.capacity() * 4
     }
