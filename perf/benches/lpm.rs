@@ -297,9 +297,11 @@ fn main() {
     let args = vec![
         "ferrule-bench-lpm".to_string(),
         // DPDK 22.11 rejects --in-memory with --no-huge (which implies --legacy-mem);
-        // --no-shconf likewise keeps no files in /run/dpdk.
+        // --no-shconf likewise keeps no files in /run/dpdk, and --no-telemetry no socket
+        // (whose file outlived the EAL and kept its runtime directory from being removed).
         "--no-huge".into(),
         "--no-shconf".into(),
+        "--no-telemetry".into(),
         "--no-pci".into(),
         "--file-prefix".into(),
         format!("ferrule-bench-lpm-{}", std::process::id()),
