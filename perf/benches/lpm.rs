@@ -3,14 +3,15 @@
 //! and `Lpm6` with 100k routes. Build time and memory are printed before the timings.
 //! Both are timed as workers read them, a clone (every update publishes one: a clone puts
 //! the dense parts of the table on transparent huge pages), and as built by inserts (on
-//! 4 KiB pages with THP in `madvise` mode). `FERRULE_BENCH_ROUTES=N` sets the IPv4 table's size (1M by default).
+//! 4 KiB pages with THP in `madvise` mode). `FERRULE_BENCH_ROUTES=N` sets the IPv4
+//! table's size (1M by default).
 //!
 //! `cargo bench -p ferrule-perf --bench lpm -- --warm-up-time 1 --measurement-time 3`
 
 use criterion::{black_box, Criterion, Throughput};
 use ferrule_dataplane::dpdk::Eal;
 use ferrule_dataplane::lpm::{Lpm4, Lpm6, NO_ROUTE};
-use ferrule_perf::routes::{v4_addrs, v4_routes, Route4};
+use ferrule_perf::routes::{v4_addrs, v4_route_count, v4_routes, Route4};
 use ferrule_perf::rte_lpm::{RteLpm, LOOKUP_SUCCESS};
 use rand::prelude::*;
 use std::collections::HashSet;
@@ -117,10 +118,7 @@ fn mib(bytes: usize) -> f64 {
 
 fn bench_v4(c: &mut Criterion) {
     let mut rng = StdRng::seed_from_u64(SEED);
-    let n_routes = std::env::var("FERRULE_BENCH_ROUTES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(ROUTES4);
+    let n_routes = v4_route_count(ROUTES4);
     let routes = v4_routes(&mut rng, n_routes);
     let addrs = v4_addrs(&mut rng, &routes, BATCH * BATCHES, 0.5);
 

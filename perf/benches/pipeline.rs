@@ -30,7 +30,7 @@ use ferrule_dataplane::snapshot::{
     SourceTable,
 };
 use ferrule_dataplane::wire::{checksum, EthernetAddress};
-use ferrule_perf::routes::{v4_addrs, v4_routes};
+use ferrule_perf::routes::{v4_addrs, v4_route_count, v4_routes};
 use ferrule_perf::rte_lpm::{RteLpm, LOOKUP_SUCCESS};
 use rand::prelude::*;
 use rustc_hash::FxHashMap;
@@ -181,12 +181,7 @@ fn l3fwd<F: pipeline::Frames + ?Sized>(lpm: &RteLpm, frames: &mut F, macs: &[[u8
 
 fn bench(c: &mut Criterion) {
     let mut rng = StdRng::seed_from_u64(SEED);
-    // FERRULE_BENCH_ROUTES overrides the table size (to separate memory from compute).
-    let n_routes = std::env::var("FERRULE_BENCH_ROUTES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(ROUTES);
-    let routes = v4_routes(&mut rng, n_routes);
+    let routes = v4_routes(&mut rng, v4_route_count(ROUTES));
     let addrs = v4_addrs(&mut rng, &routes, FRAMES, 1.0);
     let frames: Vec<Vec<u8>> = addrs.iter().map(|&a| frame(a)).collect();
     let built = snapshot(&routes);

@@ -43,6 +43,15 @@ pub fn mask32(len: u8) -> u32 {
     u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0)
 }
 
+/// The IPv4 table size a benchmark uses: `FERRULE_BENCH_ROUTES` when set (to separate
+/// memory from compute), else `default`.
+pub fn v4_route_count(default: usize) -> usize {
+    std::env::var("FERRULE_BENCH_ROUTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// `count` distinct routes in 1.0.0.0-223.255.255.255; route i has next hop i.
 pub fn v4_routes(rng: &mut StdRng, count: usize) -> Vec<Route4> {
     let lens = WeightedIndex::new(V4_LENGTHS.iter().map(|l| l.1)).expect("weights");
