@@ -97,6 +97,19 @@ pub fn owner(parsed: &Parsed, frame: &[u8], snat: &SnatPolicy, workers: u16) -> 
     } else {
         *key
     };
+    owner_of(key, &flow, error, snat, workers)
+}
+
+/// [`owner`] of a packet with key `key`, of connection `flow` (the key itself, or for
+/// an ICMP error, `error`, the key it quotes), among `workers` (more than one).
+#[inline(always)]
+pub(super) fn owner_of(
+    key: &FlowKey,
+    flow: &FlowKey,
+    error: bool,
+    snat: &SnatPolicy,
+    workers: u16,
+) -> u16 {
     if key.family == Family::V4 && snat.is_node_ip(Ipv4Addr::from(key.dst_v4())) {
         // A reply arrives at NAT address:port; an error quotes NAT address:port → remote.
         let nat_port = if error { flow.src_port } else { key.dst_port };
@@ -111,15 +124,22 @@ fn l4_info(parsed: &Parsed, frame: &[u8]) -> L4Info {
     if parsed.key.proto != TCP || parsed.l4_offset == 0 {
         return L4Info::NONE;
     }
+    let ip_payload = parsed
+        .l3_len
+        .saturating_sub(parsed.l4_offset - parsed.l3_offset);
+    tcp_info(frame, parsed.l4_offset, ip_payload)
+}
+
+/// [`l4_info`] of a TCP segment at `l4_offset` of `frame`, `ip_payload` bytes of IP
+/// payload long.
+#[inline(always)]
+pub(super) fn tcp_info(frame: &[u8], l4_offset: usize, ip_payload: usize) -> L4Info {
     let Some(tcp) = frame
-        .get(parsed.l4_offset..)
+        .get(l4_offset..)
         .and_then(|b| TcpPacket::new_checked(b).ok())
     else {
         return L4Info::NONE;
     };
-    let ip_payload = parsed
-        .l3_len
-        .saturating_sub(parsed.l4_offset - parsed.l3_offset);
     L4Info::from_tcp(&tcp, ip_payload.saturating_sub(tcp.header_len()) as u32)
 }
 

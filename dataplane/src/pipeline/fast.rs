@@ -11,34 +11,48 @@
 //! through the stages as if the lane did not exist; the verdicts and rewritten bytes
 //! are the stages' (the differential test below runs both over random bursts). A node
 //! that masquerades (an SNAT policy) or has `reflect` rules has conntrack active and
-//! never takes the lane: it is the route-only configuration's path.
+//! never takes this lane: it is the route-only configuration's path. (A node that
+//! masquerades and needs nothing else has its own, [`established`](super::established).)
 
 use super::burst::Burst;
 use super::l2::{routed_frame, PREFETCH_AHEAD};
 use super::neighbor::rewrite_v4;
 use super::{Action, Frames, Tracer};
 use crate::acl::table::Direction;
-use crate::snapshot::{NextHopEntry, PodSources, PortRole, PortState};
+use crate::snapshot::{NextHopEntry, PodSources, PortRole, PortState, Snapshot};
 use crate::wire::{checksum, EthernetAddress, IpProtocol};
 use std::net::Ipv4Addr;
 
 /// Length of the headers the lane reads: Ethernet and an IPv4 header without options.
 const HEADERS: usize = 14 + 20;
 
+/// Where a lane packet's transport header starts.
+pub(super) const L4_OFFSET: usize = HEADERS;
+
 /// Whether the lane applies to burst `b`: nothing but routing to apply on its port and
-/// outputs (see the module documentation). Traces always take the stages (they record
-/// each stage's decision).
+/// outputs — no conntrack, no ACL table on the port or on any output — and a port the
+/// lanes can take ([`lane_port`]).
 #[inline(always)]
 pub fn applies<F: Frames + ?Sized, T: Tracer>(b: &Burst<'_, F, T>) -> bool {
+    b.ct.is_none()
+        && !b.snap.acl.any_egress
+        && b.snap.acl.attached(b.in_port, Direction::Ingress).is_none()
+        && lane_port(b)
+}
+
+/// Whether burst `b` arrived where a lane can take its plain packets, ACLs and
+/// conntrack aside: one network without locked ports or source route tables, no DNS
+/// policy on the port, not a switched port. Traces always take the stages (they record
+/// each stage's decision). The plain lane ([`applies`]) and the established-connection
+/// lane ([`established`](super::established)) both ask it.
+#[inline(always)]
+pub(super) fn lane_port<F: Frames + ?Sized, T: Tracer>(b: &Burst<'_, F, T>) -> bool {
     let snap = b.snap;
     !T::ENABLED
-        && b.ct.is_none()
         && snap.networks.len() == 1
         && !snap.any_locked
         && snap.source_routes.is_none()
         && usize::from(b.port.network) < snap.networks.len()
-        && !snap.acl.any_egress
-        && snap.acl.attached(b.in_port, Direction::Ingress).is_none()
         && snap.switching.port(b.in_port).is_none()
         && snap
             .dns
@@ -88,11 +102,7 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
         }
     }
     lpm4.lookup_batch(&s.dst4[..n_lane], &mut s.nh4[..n_lane]);
-    let hops = Hops {
-        entries: &snap.next_hops,
-        macs: &snap.nh_mac,
-        ports: &snap.ports,
-    };
+    let hops = Hops::of(snap);
     for k in 0..n_lane {
         let i = usize::from(s.pending4[k]);
         let frame = b.frames.frame_mut(i);
@@ -125,11 +135,26 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
 }
 
 /// The destination of a frame that can take the lane on `port` (`pod`: a pod port):
-/// an IPv4 UDP or TCP packet with valid headers (as the parse stage checks them), for
-/// the port's MAC, no options, not a fragment, TTL above 1, not for one of the port's
-/// addresses, and from a pod port sent by the pod as itself.
+/// [`headers`] valid, and not for one of the port's addresses.
 #[inline(always)]
 fn plain(port: &PortState, pod: bool, frame: &[u8]) -> Option<u32> {
+    let h = headers(port, pod, frame)?;
+    (!port.owns_v4(Ipv4Addr::from(h.dst))).then_some(h.dst)
+}
+
+/// The IPv4 addresses of a frame whose headers need nothing but a route and a rewrite.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct PlainV4 {
+    pub src: u32,
+    pub dst: u32,
+}
+
+/// The addresses of an IPv4 UDP or TCP packet with valid headers (as the parse stage
+/// checks them), for `port`'s MAC, no options, not a fragment, TTL above 1, and — from
+/// a pod port (`pod`) — sent by the pod as itself. Its transport header starts at
+/// [`L4_OFFSET`].
+#[inline(always)]
+pub(super) fn headers(port: &PortState, pod: bool, frame: &[u8]) -> Option<PlainV4> {
     let h: &[u8; HEADERS] = frame.first_chunk()?;
     if h[12..14] != [0x08, 0x00] || h[14] != 0x45 || h[..6] != port.mac.0 {
         return None;
@@ -160,32 +185,43 @@ fn plain(port: &PortState, pod: bool, frame: &[u8]) -> Option<u32> {
         return None;
     }
     let dst = u32::from_be_bytes([h[30], h[31], h[32], h[33]]);
-    if port.owns_v4(Ipv4Addr::from(dst)) {
-        return None;
-    }
+    let src = u32::from_be_bytes([h[26], h[27], h[28], h[29]]);
     if pod {
-        let src = u32::from_be_bytes([h[26], h[27], h[28], h[29]]);
         let sources = &port.pod_sources;
         if PodSources::mac_of(frame) != Some(sources.mac) || !sources.allows_v4(src) {
             return None;
         }
     }
-    Some(dst)
+    Some(PlainV4 { src, dst })
 }
 
-/// The snapshot's next hops as the lane reads them (loaded once per burst).
-struct Hops<'a> {
+/// The snapshot's next hops as the lanes read them (loaded once per burst).
+pub(super) struct Hops<'a> {
     entries: &'a [NextHopEntry],
     macs: &'a [Option<EthernetAddress>],
     ports: &'a [PortState],
 }
 
-impl Hops<'_> {
+impl<'a> Hops<'a> {
+    /// The next hops of `snap`.
+    #[inline(always)]
+    pub(super) fn of(snap: &'a Snapshot) -> Self {
+        Hops {
+            entries: &snap.next_hops,
+            macs: &snap.nh_mac,
+            ports: &snap.ports,
+        }
+    }
+
     /// Where next hop `nh` sends a lane packet of `ip_len` bytes of IP, when it is a
     /// port whose MTU the packet fits and the MAC to send to is known: `(output port,
     /// source MAC, destination MAC)`.
     #[inline(always)]
-    fn resolved(&self, nh: u32, ip_len: usize) -> Option<(u16, EthernetAddress, EthernetAddress)> {
+    pub(super) fn resolved(
+        &self,
+        nh: u32,
+        ip_len: usize,
+    ) -> Option<(u16, EthernetAddress, EthernetAddress)> {
         let Some(&NextHopEntry::Port { port: out, via }) = self.entries.get(nh as usize) else {
             return None;
         };

@@ -17,12 +17,15 @@
 //! [`Conntrack`](crate::conntrack::Conntrack) and there is something to track. When
 //! there is nothing but routing to apply, [`fast`] takes the plain IPv4 packets from
 //! parse to rewrite in two passes of its own, in place of l2, and leaves the rest to
-//! the stages.
+//! the stages; when there is also conntrack (a node that masquerades its pods),
+//! [`established`] does the same for the burst's leading packets of established
+//! connections, lookup, tracking and translation included.
 
 pub mod acl;
 pub mod burst;
 pub mod ct;
 pub mod dns;
+pub mod established;
 pub mod fast;
 pub mod icmp_error;
 pub mod l2;
@@ -265,6 +268,8 @@ pub fn process_burst<F: Frames + ?Sized, T: Tracer>(
     };
     if fast::applies(&b) {
         fast::stage(&mut b);
+    } else if established::applies(&b) {
+        established::stage(&mut b);
     } else {
         l2::stage(&mut b);
     }
