@@ -96,7 +96,15 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
                 break;
             }
         }
-        s.hash[i] = ct.table.key_hash(&key);
+        let hash = ct.table.key_hash(&key);
+        if i == 0 && ct.table.lookup_hashed(&key, hash).is_none() {
+            // A burst that starts with a new connection is most likely one of first
+            // packets (a SYN flood, a burst of DNS queries): the stages take it whole,
+            // and hashing the rest would be work thrown away. (The lookup leaves the
+            // bucket in the cache for theirs.)
+            break;
+        }
+        s.hash[i] = hash;
         s.parsed[i].key = key;
         n_keyed += 1;
     }
