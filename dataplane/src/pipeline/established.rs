@@ -26,7 +26,7 @@ use super::ct::{owner_of, tcp_info, CtMark, SnatHint};
 use super::fast::{self, Hops, L4_OFFSET};
 use super::l2::{routed_frame, PREFETCH_AHEAD};
 use super::neighbor::rewrite_v4;
-use super::{Action, Frames, Tracer};
+use super::{Action, Frames, Tracer, MAX_BURST};
 use crate::conntrack::{Dir, L4Info, TrackVerdict};
 use crate::counters::DropReason;
 use crate::flow::FlowKey;
@@ -62,28 +62,34 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
     let network = port.network;
     let lpm4 = &*snap.networks[usize::from(network)].lpm4;
     let foreign = ct.workers > 1 || ct.worker != 0;
+    // (At most `MAX_BURST`, as `Burst::new` made it: said again so that the per-packet
+    // arrays' bounds checks fold away.)
+    let n = b.n.min(MAX_BURST);
 
     // 1. The leading plain packets: their keys (in `s.parsed[i].key`, which the
     //    stages overwrite for the packets they take) and hashes.
-    for i in 0..PREFETCH_AHEAD.min(b.n) {
+    for i in 0..PREFETCH_AHEAD.min(n) {
         b.frames.prefetch(i);
     }
     let mut n_keyed = 0usize;
-    while n_keyed < b.n {
+    while n_keyed < n {
         let i = n_keyed;
         b.frames.prefetch(i + PREFETCH_AHEAD);
         let frame = b.frames.frame(i);
         let Some(h) = fast::headers(port, pod, frame) else {
             break;
         };
-        let ports = [frame[34], frame[35], frame[36], frame[37]];
+        // (`headers` checked the frame holds the IP header and 8 bytes after it.)
+        let Some(l4) = frame.get(L4_OFFSET..L4_OFFSET + 4) else {
+            break;
+        };
         let key = FlowKey::v4(
             network,
             frame[23],
             Ipv4Addr::from(h.src),
             Ipv4Addr::from(h.dst),
-            u16::from_be_bytes([ports[0], ports[1]]),
-            u16::from_be_bytes([ports[2], ports[3]]),
+            u16::from_be_bytes([l4[0], l4[1]]),
+            u16::from_be_bytes([l4[2], l4[3]]),
         );
         if foreign {
             // Another worker's connection is handed off by the stages.
@@ -156,14 +162,16 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
     while done < n_found {
         let i = done;
         let frame = b.frames.frame_mut(i);
-        let total = usize::from(u16::from_be_bytes([frame[16], frame[17]]));
+        let Some(h) = frame.first_chunk::<L4_OFFSET>() else {
+            break;
+        };
+        let (total, proto) = (usize::from(u16::from_be_bytes([h[16], h[17]])), h[23]);
         let Some((out, src_mac, dst_mac)) = hops.resolved(s.nh4[i], total) else {
             break;
         };
         let CtMark::Tracked { id, dir, nat, .. } = s.ct[i] else {
             break;
         };
-        let proto = frame[23];
         let l4 = if proto == IpProtocol::TCP.0 {
             tcp_info(frame, L4_OFFSET, total - 20)
         } else {
@@ -214,7 +222,7 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
     // 4. The rest of the burst, from the first packet the lane did not take: as the l2
     //    stage does.
     let mut n_ok = 0usize;
-    for i in done..b.n {
+    for i in done..n {
         s.ct[i] = CtMark::None;
         s.snat[i] = SnatHint::None;
         s.reflect[i] = false;
