@@ -19,7 +19,9 @@
 //! the stages. Taking a prefix keeps the stages' order: every packet is tracked in
 //! burst order, and nothing is tracked twice. The verdicts, rewritten bytes and
 //! connection states are the stages' (the differential test below runs both over
-//! random bursts of many connections).
+//! random bursts of many connections). Of the per-packet scratch, a packet the lane
+//! takes has only its key (`parsed[i].key`), hash and conntrack mark written: nothing
+//! after the burst reads the rest for a routed port's packets.
 
 use super::burst::Burst;
 use super::ct::{owner_of, tcp_info, CtMark, SnatHint};
@@ -180,6 +182,8 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
         match ct.table.track(id, dir, &l4, total as u32, ct.now) {
             TrackVerdict::Accept => {}
             TrackVerdict::Invalid => {
+                // (Unmarked, as the stages leave a packet their lookup drops.)
+                s.ct[i] = CtMark::None;
                 b.actions[i] = Action::Drop(DropReason::CtInvalid);
                 done += 1;
                 continue;
@@ -329,13 +333,16 @@ mod tests {
         snap
     }
 
-    fn conntrack(worker: u16, workers: u16) -> Conntrack {
+    /// Worker `worker` of `workers`; `no_handoff`: running packets handed to it.
+    fn conntrack(worker: u16, workers: u16, recheck: bool, no_handoff: bool) -> Conntrack {
         let cfg = CtConfig {
             max_entries: 256,
             max_per_zone: 256,
             ..Default::default()
         };
-        Conntrack::new_in(&cfg, worker, workers, true, &NoAdvice)
+        let mut ct = Conntrack::new_in(&cfg, worker, workers, recheck, &NoAdvice);
+        ct.no_handoff = no_handoff;
+        ct
     }
 
     /// A UDP (`tcp_flags` `None`) or TCP frame from `src_mac` to `dst_mac`.
@@ -364,6 +371,9 @@ mod tests {
                 u[0..2].copy_from_slice(&sport.to_be_bytes());
                 u[2..4].copy_from_slice(&dport.to_be_bytes());
                 u[4..6].copy_from_slice(&((8 + payload) as u16).to_be_bytes());
+                // A checksum (not the payload's: nothing checks it) for the
+                // translations to update.
+                u[6..8].copy_from_slice(&sport.wrapping_mul(0x9e37).to_be_bytes());
                 u
             }
         };
@@ -479,9 +489,9 @@ mod tests {
         )
     }
 
-    /// Now and then a frame the lane must leave alone: an expiring TTL, IP options
-    /// (made by a wrong header length), a fragment, a wrong MAC, a bad checksum, a
-    /// truncated frame.
+    /// Now and then a frame the lane must leave alone: an expiring TTL, a later
+    /// fragment, a first fragment, IP options, a wrong MAC (either), a bad checksum, a
+    /// truncated frame; or one it takes: Ethernet padding.
     fn spoil(rng: &mut StdRng, f: &mut Vec<u8>) {
         let fix = |f: &mut Vec<u8>| {
             f[24..26].fill(0);
@@ -498,7 +508,23 @@ mod tests {
                 fix(f);
             }
             2 => f[0] ^= 1,
+            // Sent from another MAC: not the pod as itself.
+            8 => f[11] ^= 1,
             3 => f[24] ^= 0x40,
+            6 => {
+                f[20] |= 0x20;
+                fix(f);
+            }
+            7 => {
+                // Four bytes of options (no-ops): the header grows to 24 bytes.
+                f.splice(34..34, [1u8; 4]);
+                f[14] = 0x46;
+                let total = u16::from_be_bytes([f[16], f[17]]) + 4;
+                f[16..18].copy_from_slice(&total.to_be_bytes());
+                f[24..26].fill(0);
+                let c = !checksum::data(&f[14..38]);
+                f[24..26].copy_from_slice(&c.to_be_bytes());
+            }
             4 => f.truncate(rng.gen_range(0..f.len())),
             5 => f.extend_from_slice(&[0; 6]),
             _ => {}
@@ -514,6 +540,7 @@ mod tests {
         Option<[TcpWindow; 2]>,
         u64,
         u64,
+        bool,
     );
 
     fn rows(ct: &Conntrack) -> Vec<ConnRow> {
@@ -536,6 +563,7 @@ mod tests {
                         .map(|(a, b)| [a, b]),
                     c.expires_at(),
                     c.acl_generation(),
+                    c.replied(),
                 )
             })
             .collect();
@@ -550,22 +578,41 @@ mod tests {
     #[test]
     fn the_lane_gives_the_stages_verdicts_bytes_and_connections() {
         let flows = flows();
-        for (worker, workers) in [(0u16, 1u16), (1, 2)] {
-            let snaps = [Arc::new(snapshot(1)), Arc::new(snapshot(2))];
-            let mut rng = StdRng::seed_from_u64(0xe57a + u64::from(worker));
-            let (mut lane_ct, mut staged_ct) =
-                (conntrack(worker, workers), conntrack(worker, workers));
-            let mut scratch = Box::<Scratch>::default();
+        for (seed, (worker, workers, recheck, no_handoff)) in [
+            (0u16, 1u16, true, false),
+            (1, 2, true, false),
+            (1, 2, false, true),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            // The third: the pod port has taken 8.8.8.8 as an address of its own, and
+            // its connections there now end at Ferrule.
+            let mut local = snapshot(1);
+            local.ports[usize::from(POD)]
+                .local_v4
+                .push(Ipv4Addr::new(8, 8, 8, 8));
+            let snaps = [
+                Arc::new(snapshot(1)),
+                Arc::new(snapshot(2)),
+                Arc::new(local),
+            ];
+            let mut rng = StdRng::seed_from_u64(0xe57a + seed as u64);
+            let mut lane_ct = conntrack(worker, workers, recheck, no_handoff);
+            let mut staged_ct = conntrack(worker, workers, recheck, no_handoff);
+            // Each path its own scratch: neither reads what the other left.
+            let (mut lane_scratch, mut staged_scratch) =
+                (Box::<Scratch>::default(), Box::<Scratch>::default());
             LANED.with(|c| c.set(0));
             let mut packets = 0usize;
             for case in 0..4000 {
                 // ACL state changes now and then: connections are checked again.
-                let snap = &snaps[(case / 500) % 2];
+                let snap = &snaps[(case / 500) % 3];
                 let now = 1_000 + case as u64 * 7;
                 lane_ct.now = now;
                 staged_ct.now = now;
                 let port = if case % 3 == 0 { UPLINK } else { POD };
-                let n = rng.gen_range(1..=40);
+                let n = rng.gen_range(1..=64);
                 packets += n;
                 // Half the bursts are of established connections only, as most are.
                 let clean = rng.gen_bool(0.5);
@@ -590,17 +637,16 @@ mod tests {
                     port,
                     lane.as_mut_slice(),
                     &mut a,
-                    &mut scratch,
+                    &mut lane_scratch,
                     Some(&mut lane_ct),
                     &mut NoTrace,
                 );
-                let hits = scratch.acl_hits().to_vec();
                 process_burst(
                     snap,
                     port,
                     staged.as_mut_slice(),
                     &mut b,
-                    &mut scratch,
+                    &mut staged_scratch,
                     Some(&mut staged_ct),
                     &mut Recorder::default(),
                 );
@@ -609,7 +655,11 @@ mod tests {
                     "case {case} on port {port}, worker {worker}/{workers}"
                 );
                 assert_eq!(lane, staged, "case {case} on port {port}");
-                assert_eq!(hits, scratch.acl_hits(), "case {case}: the ACL hits");
+                assert_eq!(
+                    lane_scratch.acl_hits(),
+                    staged_scratch.acl_hits(),
+                    "case {case}: the ACL hits"
+                );
                 assert_eq!(rows(&lane_ct), rows(&staged_ct), "case {case}: the tables");
                 assert_eq!(
                     lane_ct.table.stats(),
@@ -638,7 +688,7 @@ mod tests {
     #[test]
     fn takes_the_leading_established_packets() {
         let snap = snapshot(1);
-        let mut ct = conntrack(0, 1);
+        let mut ct = conntrack(0, 1, true, false);
         let dst = Ipv4Addr::new(8, 8, 8, 8);
         let udp = |sport| l4_frame(POD_MAC, GW_MAC, POD_IP, dst, sport, 53, None, 0, 0, 10);
         let mut s = Box::<Scratch>::default();
