@@ -255,6 +255,32 @@ pub(crate) mod testing {
         snap
     }
 
+    /// [`snapshot`] plus 192.0.2.0/24 on-link out of the uplink (its neighbours
+    /// unresolved but the router) and 10.1.0.0/24 on-link to the pod port (the lanes'
+    /// tests: next hops the lanes resolve and ones they leave to the stages).
+    pub fn on_link_snapshot() -> Snapshot {
+        let mut snap = snapshot();
+        let mut hops = (*snap.next_hops).clone();
+        hops.push(NextHopEntry::Port {
+            port: UPLINK,
+            via: None,
+        });
+        hops.push(NextHopEntry::Port {
+            port: POD,
+            via: None,
+        });
+        let n = hops.len() as u32;
+        snap.next_hops = Arc::new(hops);
+        let mut lpm = (*snap.networks[0].lpm4).clone();
+        lpm.insert(Ipv4Addr::new(192, 0, 2, 0), 24, n - 2)
+            .expect("route");
+        lpm.insert(Ipv4Addr::new(10, 1, 0, 0), 24, n - 1)
+            .expect("route");
+        snap.networks[0].lpm4 = Arc::new(lpm);
+        snap.resolve_gateways();
+        snap
+    }
+
     /// An Ethernet/IPv4/UDP frame from the pod (to `dst_mac`) to `dst`, with `payload`
     /// bytes of UDP payload, TTL `ttl`, DF set; checksums valid.
     pub fn udp4(dst_mac: [u8; 6], dst: [u8; 4], ttl: u8, payload: usize) -> Vec<u8> {

@@ -266,7 +266,7 @@ mod tests {
     use crate::conntrack::{ConnState, Conntrack, CtConfig, NoAdvice, TcpWindow};
     use crate::counters::MAX_PORTS;
     use crate::nat::SnatPolicy;
-    use crate::snapshot::{NextHopEntry, Snapshot};
+    use crate::snapshot::Snapshot;
     use crate::wire::{checksum, Ipv4Cidr};
     use rand::prelude::*;
     use std::sync::Arc;
@@ -276,30 +276,12 @@ mod tests {
     const NODE: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
     const POD_IP: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 2);
 
-    /// The stages' test snapshot masquerading its pod to `NODE` (10.0.0.0/8 not
-    /// masqueraded), plus 192.0.2.0/24 on-link out of the uplink (its neighbours
-    /// unresolved but the router) and 10.1.0.0/24 on-link to the pod port; ACL state
+    /// The lanes' test snapshot ([`testing::on_link_snapshot`]) masquerading its pod to
+    /// `NODE` (10.0.0.0/8 not masqueraded); ACL state
     /// `generation`: the pod's traffic reflected (in generation 2, but to 1.1.1.1,
     /// which is denied), an egress table on the uplink permitting everything.
     fn snapshot(generation: u64) -> Snapshot {
-        let mut snap = testing::snapshot();
-        let mut hops = (*snap.next_hops).clone();
-        hops.push(NextHopEntry::Port {
-            port: UPLINK,
-            via: None,
-        });
-        hops.push(NextHopEntry::Port {
-            port: POD,
-            via: None,
-        });
-        let n = hops.len() as u32;
-        snap.next_hops = Arc::new(hops);
-        let mut lpm = (*snap.networks[0].lpm4).clone();
-        lpm.insert(Ipv4Addr::new(192, 0, 2, 0), 24, n - 2)
-            .expect("route");
-        lpm.insert(Ipv4Addr::new(10, 1, 0, 0), 24, n - 1)
-            .expect("route");
-        snap.networks[0].lpm4 = Arc::new(lpm);
+        let mut snap = testing::on_link_snapshot();
         snap.snat = Arc::new(SnatPolicy {
             node_ips: vec![NODE],
             vpc_cidrs: vec![Ipv4Cidr::new(Ipv4Addr::new(10, 0, 0, 0), 8).expect("cidr")],

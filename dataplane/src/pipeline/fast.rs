@@ -254,31 +254,6 @@ mod tests {
     use std::net::IpAddr;
     use std::sync::Arc;
 
-    /// The stages' test snapshot, plus 192.0.2.0/24 on-link out of the uplink (its
-    /// neighbours unresolved but the router) and 10.1.0.0/24 on-link to the pod port.
-    fn snapshot() -> Snapshot {
-        let mut snap = testing::snapshot();
-        let mut hops = (*snap.next_hops).clone();
-        hops.push(NextHopEntry::Port {
-            port: UPLINK,
-            via: None,
-        });
-        hops.push(NextHopEntry::Port {
-            port: POD,
-            via: None,
-        });
-        let n = hops.len() as u32;
-        snap.next_hops = Arc::new(hops);
-        let mut lpm = (*snap.networks[0].lpm4).clone();
-        lpm.insert(Ipv4Addr::new(192, 0, 2, 0), 24, n - 2)
-            .expect("route");
-        lpm.insert(Ipv4Addr::new(10, 1, 0, 0), 24, n - 1)
-            .expect("route");
-        snap.networks[0].lpm4 = Arc::new(lpm);
-        snap.resolve_gateways();
-        snap
-    }
-
     /// A random frame as pods and uplinks send them (mostly to the input port's MAC,
     /// `port_mac`): mostly plain UDP and TCP to
     /// routed, blackholed, unresolved, local and pod destinations, with expiring TTLs,
@@ -391,7 +366,7 @@ mod tests {
     /// lane off) give the same verdicts and the same bytes.
     #[test]
     fn the_lane_gives_the_stages_verdicts_and_bytes() {
-        let snap = snapshot();
+        let snap = testing::on_link_snapshot();
         let mut rng = StdRng::seed_from_u64(0xfa57);
         let mut scratch = Box::<Scratch>::default();
         let (mut laned, mut packets) = (0usize, 0usize);
@@ -439,7 +414,7 @@ mod tests {
 
     #[test]
     fn takes_plain_packets_and_leaves_the_rest() {
-        let snap = snapshot();
+        let snap = testing::on_link_snapshot();
         let port = &snap.ports[usize::from(POD)];
         let plain_udp = testing::udp4(GW_MAC, [8, 8, 8, 8], 64, 10);
         assert_eq!(plain(port, true, &plain_udp), Some(0x0808_0808));
@@ -508,7 +483,7 @@ mod tests {
             let mut frames = vec![testing::udp4(GW_MAC, [8, 8, 8, 8], 64, 10)];
             testing::with_burst(snap, &mut frames, |b| applies(b)).0
         };
-        let mut snap = snapshot();
+        let mut snap = testing::on_link_snapshot();
         assert!(check(&snap));
         snap.dns = Some(Arc::new(DnsIntercept {
             ports: vec![true, false],
