@@ -35,7 +35,11 @@
 //! worker's clock runs, default 30,000 packets per ms; 30 makes every connection of a
 //! million a slow one), `FERRULE_BENCH_TABLE_SCALE=<n>` (the established cases'
 //! table `n` times larger than the connection count rounded up to a power of two,
-//! default 1; 1 to 16), `FERRULE_BENCH_COUNT=<bursts>` (no criterion: each
+//! default 1; 1 to 16), `FERRULE_BENCH_WORKERS=<w>` (default 1; 1 to 16: the
+//! established cases as worker 0 of `w`, polling a queue that carries every worker's
+//! connections — its own `n` and `w - 1` in `w` packets of the others', which it hands
+//! off; the stages-alone and new-connection cases are then not run),
+//! `FERRULE_BENCH_COUNT=<bursts>` (no criterion: each
 //! case runs once for that many bursts, for `valgrind --tool=callgrind
 //! --toggle-collect='*counted*'`: the inclusive cost of `Worker::burst` (the whole
 //! pipeline) and of the `stage_ct_*` functions (the conntrack and NAT stages) is then
@@ -319,19 +323,31 @@ fn huge_pages() -> bool {
     std::env::var_os("FERRULE_BENCH_NO_HUGE").is_none()
 }
 
+/// Workers on the node: `FERRULE_BENCH_WORKERS`, default 1 (the bench runs worker 0).
+fn workers() -> u16 {
+    std::env::var("FERRULE_BENCH_WORKERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+        .clamp(1, 16)
+}
+
+/// Worker 0's conntrack, of [`workers`], its table of `max` connections.
 fn conntrack(max: u32) -> Conntrack {
     let cfg = CtConfig {
         max_entries: max,
         max_per_zone: max,
         ..CtConfig::default()
     };
+    let w = workers();
     let mut ct = if huge_pages() {
-        Conntrack::new_in(&cfg, 0, 1, true, &HugePages)
+        Conntrack::new_in(&cfg, 0, w, true, &HugePages)
     } else {
-        Conntrack::new_in(&cfg, 0, 1, true, &NoAdvice)
+        Conntrack::new_in(&cfg, 0, w, true, &NoAdvice)
     };
-    // Node-wide limits as the daemon sets them (one worker: every table full).
-    ct.table.set_budget(CtBudget::new(max, max, 1));
+    // Node-wide limits as the daemon sets them (every worker's table full).
+    let node = max * u32::from(w);
+    ct.table.set_budget(CtBudget::new(node, node, w));
     ct.now = 1_000;
     ct
 }
@@ -638,21 +654,40 @@ fn record(samples: &Samples, name: &str, iters: u64, t: Duration) {
         .push(t.as_nanos() as f64 / (iters as f64 * burst_size() as f64));
 }
 
-/// Sets up `n` masqueraded connections through the pipeline (SYN, SYN-ACK, ACK) and
-/// returns the worker with the stream of established packets, and the same stream for
-/// the conntrack-off baseline (replies addressed to the pods).
-fn established(n: u32, stream_len: usize) -> (Worker, Vec<Frame>, Vec<Frame>) {
+/// The established cases' worker and streams.
+struct Established {
+    /// Worker 0, holding its `n` connections.
+    w: Worker,
+    /// The stream of established packets.
+    on: Vec<Frame>,
+    /// The same stream for the conntrack-off baseline (replies addressed to the pods).
+    off: Vec<Frame>,
+    /// Each packet's action in `on`: forwarded out of the other side, or handed off to
+    /// the worker owning its connection.
+    expect: Vec<Action>,
+}
+
+/// Sets up `n` masqueraded connections of worker 0 through the pipeline (SYN, SYN-ACK,
+/// ACK) and returns the worker with the stream of established packets. With
+/// [`workers`] `w` > 1, `w - 1` in `w` packets of the stream are other workers'
+/// (connections worker 0 handed off at their SYN, and replies to SNAT ports it does not
+/// hand out).
+fn established(n: u32, stream_len: usize) -> Established {
     let max = n.next_power_of_two().max(262_144) * table_scale();
+    let workers = workers();
     let mut w = Worker::new(snapshot(true), Some(conntrack(max)));
     let start = Instant::now();
-    // SYNs: learn each connection's SNAT port from the masqueraded frame.
-    let mut nat_ports = Vec::with_capacity(n as usize);
+    // SYNs: worker 0's connections (`own`) learn their SNAT port from the masqueraded
+    // frame; the others' (`foreign`, with their owner) are handed off.
+    let (mut own, mut nat_ports, mut foreign) = (Vec::new(), Vec::new(), Vec::new());
     let mut frames: Vec<Frame> = Vec::with_capacity(burst_size());
-    let mut i = 0u32;
-    while i < n {
+    let mut next = 0u32;
+    while own.len() < n as usize {
         frames.clear();
-        for j in i..(i + burst_size() as u32).min(n) {
-            let (pod, sport, server, dport) = conn(j);
+        let first = next;
+        // (No more SYNs than connections still wanted: the table holds exactly `n`.)
+        for _ in 0..burst_size().min(n as usize - own.len()) {
+            let (pod, sport, server, dport) = conn(next);
             frames.push(tcp_frame(
                 (POD_MAC, GW_MAC),
                 pod,
@@ -663,23 +698,33 @@ fn established(n: u32, stream_len: usize) -> (Worker, Vec<Frame>, Vec<Frame>) {
                 0,
                 SYN,
             ));
+            next += 1;
         }
-        w.run_checked(&mut frames, |_| POD_PORT, |_| UPLINK);
-        for f in &frames {
-            assert_eq!(f[26..30], NODE.octets());
-            assert!(checksums_ok(f), "SNAT keeps checksums valid");
-            nat_ports.push(u16::from_be_bytes([f[34], f[35]]));
+        w.burst(POD_PORT, &mut frames);
+        for (k, f) in frames.iter().enumerate() {
+            let j = first + k as u32;
+            match w.actions[k] {
+                Action::Forward { port: UPLINK } => {
+                    assert_eq!(f[26..30], NODE.octets());
+                    assert!(checksums_ok(f), "SNAT keeps checksums valid");
+                    own.push(j);
+                    nat_ports.push(u16::from_be_bytes([f[34], f[35]]));
+                }
+                Action::Handoff { worker } if workers > 1 && worker != 0 => {
+                    foreign.push((j, worker));
+                }
+                a => panic!("SYN of connection {j}: {a:?}"),
+            }
         }
-        i += burst_size() as u32;
     }
-    let synack = |j: u32| {
-        let (_, _, server, dport) = conn(j);
+    let synack = |k: usize| {
+        let (_, _, server, dport) = conn(own[k]);
         tcp_frame(
             (ROUTER_MAC, UPLINK_MAC),
             server,
             NODE,
             dport,
-            nat_ports[j as usize],
+            nat_ports[k],
             SISN,
             CISN + 1,
             SYN | ACK,
@@ -698,49 +743,75 @@ fn established(n: u32, stream_len: usize) -> (Worker, Vec<Frame>, Vec<Frame>) {
             ACK,
         )
     };
-    let mut handshake: Vec<Frame> = (0..n).map(synack).collect();
+    let mut handshake: Vec<Frame> = (0..own.len()).map(synack).collect();
     w.run_checked(&mut handshake, |_| UPLINK, |_| POD_PORT);
-    let mut handshake: Vec<Frame> = (0..n).map(ack).collect();
+    let mut handshake: Vec<Frame> = own.iter().map(|&j| ack(j)).collect();
     w.run_checked(&mut handshake, |_| POD_PORT, |_| UPLINK);
     let ct = w.ct.as_ref().expect("ct");
     assert_eq!(ct.table.len(), n as usize);
     println!(
-        "conntrack_path: {n} connections set up through the pipeline in {:.2?}; table of \
-         {max}: {:.1} MiB, {BYTES_PER_CONNECTION} bytes per connection",
+        "conntrack_path: {n} connections of worker 0 of {workers} set up through the \
+         pipeline in {:.2?}; table of {max}: {:.1} MiB, {BYTES_PER_CONNECTION} bytes per \
+         connection",
         start.elapsed(),
         ct.table.memory_bytes() as f64 / f64::from(1 << 20),
     );
 
     // The stream: even bursts original-direction ACKs, odd bursts reply ACKs, each of
-    // a random connection.
+    // a random connection (with several workers, of a random worker's).
     let mut rng = StdRng::seed_from_u64(SEED ^ u64::from(n));
     let mut on = Vec::with_capacity(stream_len);
     let mut off = Vec::with_capacity(stream_len);
+    let mut expect = Vec::with_capacity(stream_len);
     for k in 0..stream_len {
-        let j = rng.gen_range(0..n);
-        let (pod, sport, server, dport) = conn(j);
-        if (k / burst_size()).is_multiple_of(2) {
-            let f = ack(j);
-            on.push(f);
-            off.push(f);
-        } else {
-            let reply = |dst, port| {
-                tcp_frame(
-                    (ROUTER_MAC, UPLINK_MAC),
-                    server,
-                    dst,
-                    dport,
-                    port,
-                    SISN + 1,
-                    CISN + 1,
-                    ACK,
-                )
-            };
-            on.push(reply(NODE, nat_ports[j as usize]));
-            off.push(reply(pod, sport));
+        let original = (k / burst_size()).is_multiple_of(2);
+        // (No draw for one worker: its stream is the one the bench always had.)
+        let theirs = workers > 1 && rng.gen_range(0..workers) != 0;
+        let i = rng.gen_range(0..n as usize);
+        let (pod, sport, server, dport) = conn(own[i]);
+        let reply = |dst, port| {
+            tcp_frame(
+                (ROUTER_MAC, UPLINK_MAC),
+                server,
+                dst,
+                dport,
+                port,
+                SISN + 1,
+                CISN + 1,
+                ACK,
+            )
+        };
+        match (original, theirs) {
+            (true, false) => {
+                let f = ack(own[i]);
+                on.push(f);
+                off.push(f);
+                expect.push(Action::Forward { port: UPLINK });
+            }
+            (false, false) => {
+                on.push(reply(NODE, nat_ports[i]));
+                off.push(reply(pod, sport));
+                expect.push(Action::Forward { port: POD_PORT });
+            }
+            (true, true) => {
+                let (j, worker) = foreign[rng.gen_range(0..foreign.len())];
+                let f = ack(j);
+                on.push(f);
+                off.push(f);
+                expect.push(Action::Handoff { worker });
+            }
+            (false, true) => {
+                // A reply to a SNAT port another worker hands out.
+                let port = nat_ports[i].wrapping_add(rng.gen_range(1..workers));
+                on.push(reply(NODE, port));
+                off.push(reply(pod, sport));
+                expect.push(Action::Handoff {
+                    worker: port % workers,
+                });
+            }
         }
     }
-    (w, on, off)
+    Established { w, on, off, expect }
 }
 
 /// `FERRULE_BENCH_COUNT=<bursts>`: run each case once for that many bursts instead of
@@ -787,19 +858,40 @@ fn case(
 fn bench_established(c: &mut Criterion, n: u32, samples: &Samples, baseline: bool) {
     // 1M frames for the large table (64 MiB: connections far apart), 64k for the small.
     let stream_len = if n > 100_000 { 1 << 20 } else { 1 << 16 };
-    let (mut w, on, off) = established(n, stream_len);
-    // Outside the timings: a full pass, every packet forwarded the right way, and the
-    // rewrites right (a reply comes out to the pod, checksums valid).
+    let Established {
+        mut w,
+        on,
+        off,
+        expect,
+    } = established(n, stream_len);
+    // Outside the timings: a full pass, every packet forwarded the right way (or handed
+    // off, untouched), and the rewrites right (masqueraded to the node IP, a reply
+    // translated back to its pod, checksums valid).
     let mut check = on[..ARENA].to_vec();
-    w.run_checked(&mut check, alternating, other_side);
-    assert!(check.iter().all(checksums_ok));
-    assert_eq!(
-        check[burst_size()][30..34],
-        conn_pod_of(&off[burst_size()]).octets()
-    );
-    assert_eq!(check[0][26..30], NODE.octets());
+    for (b, burst) in check.chunks_mut(burst_size()).enumerate() {
+        w.burst(alternating(b), burst);
+        let at = b * burst_size();
+        assert_eq!(
+            w.actions[..burst.len()],
+            expect[at..at + burst.len()],
+            "burst {b}"
+        );
+    }
+    for (i, f) in check.iter().enumerate() {
+        assert!(checksums_ok(f), "packet {i}");
+        match expect[i] {
+            Action::Forward { port: UPLINK } => assert_eq!(f[26..30], NODE.octets()),
+            Action::Forward { .. } => assert_eq!(f[30..34], conn_pod_of(&off[i]).octets()),
+            _ => assert_eq!(*f, on[i], "packet {i}: handed off as received"),
+        }
+    }
 
-    let name = format!("conntrack_path_established_{}", label(n));
+    let workers = workers();
+    let name = if workers > 1 {
+        format!("conntrack_path_established_{}_of_{workers}", label(n))
+    } else {
+        format!("conntrack_path_established_{}", label(n))
+    };
     let mut g = c.benchmark_group(&name);
     g.throughput(Throughput::Elements(burst_size() as u64));
     let mut runner = Runner::new(on.clone());
@@ -813,45 +905,48 @@ fn bench_established(c: &mut Criterion, n: u32, samples: &Samples, baseline: boo
     assert_eq!(stats.invalid, 0, "{stats:?}");
     drop(runner);
 
-    // The conntrack and NAT stages alone, on the same table and stream.
-    let mut part = CtPart::new(w.snap.clone(), w.ct.take().expect("ct"), false);
-    part.packets = w.packets;
-    drop(w);
-    let mut runner = Runner::parsed(on);
-    {
-        let mut check = runner.arena.clone();
-        let mut parsed = runner.parsed.clone();
-        for (b, (f, p)) in check
-            .chunks_mut(burst_size())
-            .zip(parsed.chunks_mut(burst_size()))
-            .enumerate()
+    // The conntrack and NAT stages alone, on the same table and stream (one worker:
+    // they are checked to forward every packet).
+    if workers == 1 {
+        let mut part = CtPart::new(w.snap.clone(), w.ct.take().expect("ct"), false);
+        part.packets = w.packets;
+        drop(w);
+        let mut runner = Runner::parsed(on);
         {
-            part.ct_nat_burst(alternating(b), f, p);
-            for a in &part.actions[..f.len()] {
-                assert_eq!(
-                    *a,
-                    Action::Forward {
-                        port: other_side(b)
-                    }
-                );
+            let mut check = runner.arena.clone();
+            let mut parsed = runner.parsed.clone();
+            for (b, (f, p)) in check
+                .chunks_mut(burst_size())
+                .zip(parsed.chunks_mut(burst_size()))
+                .enumerate()
+            {
+                part.ct_nat_burst(alternating(b), f, p);
+                for a in &part.actions[..f.len()] {
+                    assert_eq!(
+                        *a,
+                        Action::Forward {
+                            port: other_side(b)
+                        }
+                    );
+                }
             }
+            assert!(check.iter().all(checksums_ok));
+            assert_eq!(check[0][26..30], NODE.octets());
+            assert_eq!(
+                check[burst_size()][30..34],
+                conn_pod_of(&off[burst_size()]).octets()
+            );
         }
-        assert!(check.iter().all(checksums_ok));
-        assert_eq!(check[0][26..30], NODE.octets());
-        assert_eq!(
-            check[burst_size()][30..34],
-            conn_pod_of(&off[burst_size()]).octets()
-        );
+        case(&mut g, samples, &name, "ct_nat_only", |iters| {
+            runner.run(iters, |k, burst, parsed| {
+                part.ct_nat_burst(alternating(k), burst, parsed);
+                black_box(&part.actions);
+            })
+        });
+        assert_eq!(part.ct.table.stats().invalid, 0);
+        drop(runner);
+        drop(part);
     }
-    case(&mut g, samples, &name, "ct_nat_only", |iters| {
-        runner.run(iters, |k, burst, parsed| {
-            part.ct_nat_burst(alternating(k), burst, parsed);
-            black_box(&part.actions);
-        })
-    });
-    assert_eq!(part.ct.table.stats().invalid, 0);
-    drop(runner);
-    drop(part);
 
     if baseline {
         let mut w = Worker::new(snapshot(false), None);
@@ -1059,7 +1154,7 @@ fn main() {
     for &n in &conns {
         bench_established(&mut c, n, &samples, baseline);
     }
-    if std::env::var_os("FERRULE_BENCH_NO_NEW").is_none() {
+    if std::env::var_os("FERRULE_BENCH_NO_NEW").is_none() && workers() == 1 {
         bench_new(&mut c, &samples, baseline);
     }
     c.final_summary();

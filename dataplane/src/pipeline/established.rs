@@ -14,14 +14,19 @@
 //! The lane takes the longest run of such packets at the start of the burst whose next
 //! hop is resolved and that the output's MTU fits; the packets from the first one that
 //! is not (a new connection, ICMP, a fragment, an expiring TTL, a local destination, a
-//! connection the changed ACLs have not checked, another worker's connection, a next
-//! hop to resolve, a SYN that reopens a connection) to the end of the burst go through
-//! the stages. Taking a prefix keeps the stages' order: every packet is tracked in
-//! burst order, and nothing is tracked twice. The verdicts, rewritten bytes and
+//! connection the changed ACLs have not checked, a next hop to resolve, a SYN that
+//! reopens a connection) to the end of the burst go through the stages. Taking a
+//! prefix keeps the stages' order: every packet is tracked in burst order, and nothing
+//! is tracked twice. With several workers, a plain packet of a connection another
+//! worker owns does not end the run: the lane hands it off, as the conntrack lookup
+//! would, and goes on (it never touches this worker's table, so the order of what
+//! this worker tracks is unchanged) — the worker polling a queue gets every worker's
+//! connections, unless RSS already sorts them by owner. The verdicts, rewritten bytes and
 //! connection states are the stages' (the differential test below runs both over
 //! random bursts of many connections). Of the per-packet scratch, a packet the lane
-//! takes has only its key (`parsed[i].key`), hash and conntrack mark written: nothing
-//! after the burst reads the rest for a routed port's packets.
+//! takes has only its conntrack mark written (its key and hash are kept by its place
+//! in the lane's list, see [`stage`]): nothing after the burst reads the rest for a
+//! routed port's packets.
 
 use super::burst::Burst;
 use super::ct::{owner_of, tcp_info, CtMark, SnatHint};
@@ -68,14 +73,20 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
     // arrays' bounds checks fold away.)
     let n = b.n.min(MAX_BURST);
 
-    // 1. The leading plain packets: their keys (in `s.parsed[i].key`, which the
-    //    stages overwrite for the packets they take) and hashes.
+    // 1. The leading plain packets, listed by index in `s.pending4` (the route
+    //    stage's array, free until it runs), and by their place `k` in that list
+    //    their keys (in `s.parsed[k].key`, which the stages overwrite for the packets
+    //    they take) and hashes (`s.hash[k]`, which their lookup computes again). A packet of a
+    //    connection another worker owns is handed off here, as the conntrack lookup
+    //    would hand it off: it never touches this worker's table, so the lane goes on
+    //    past it.
     for i in 0..PREFETCH_AHEAD.min(n) {
         b.frames.prefetch(i);
     }
     let mut n_keyed = 0usize;
-    while n_keyed < n {
-        let i = n_keyed;
+    let mut stop = 0usize;
+    while stop < n {
+        let i = stop;
         b.frames.prefetch(i + PREFETCH_AHEAD);
         let frame = b.frames.frame(i);
         let Some(h) = fast::headers(port, pod, frame) else {
@@ -93,41 +104,49 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
             u16::from_be_bytes([l4[0], l4[1]]),
             u16::from_be_bytes([l4[2], l4[3]]),
         );
-        if foreign {
-            // Another worker's connection is handed off by the stages.
+        if foreign && !ct.no_handoff {
             let owner = if ct.workers <= 1 {
                 0
             } else {
                 owner_of(&key, &key, false, &snap.snat, ct.workers)
             };
-            if owner != ct.worker && !ct.no_handoff {
-                break;
+            if owner != ct.worker {
+                s.ct[i] = CtMark::None;
+                s.snat[i] = SnatHint::None;
+                s.reflect[i] = false;
+                b.actions[i] = Action::Handoff { worker: owner };
+                stop += 1;
+                continue;
             }
         }
         let hash = ct.table.key_hash(&key);
-        if i == 0 && ct.table.lookup_hashed(&key, hash).is_none() {
+        if n_keyed == 0 && ct.table.lookup_hashed(&key, hash).is_none() {
             // A burst that starts with a new connection is most likely one of first
             // packets (a SYN flood, a burst of DNS queries): the stages take it whole,
             // and hashing the rest would be work thrown away. (The lookup leaves the
             // bucket in the cache for theirs.)
             break;
         }
-        s.hash[i] = hash;
-        s.parsed[i].key = key;
+        s.hash[n_keyed] = hash;
+        s.parsed[n_keyed].key = key;
+        s.pending4[n_keyed] = i as u16;
         n_keyed += 1;
+        stop += 1;
     }
+    let listed = &s.pending4[..n_keyed];
 
     // 2. Their connections, looked up with the entries of the keys a few places on
     //    prefetched (as the conntrack lookup does), up to the first packet that is
     //    not of an established connection checked against the ACLs in force; each
-    //    one's destination after translation, for the route lookup.
+    //    one's destination after translation, for the route lookup (`s.dst4` and
+    //    `s.nh4` by place in the list).
     let mut n_found = 0usize;
     while n_found < n_keyed {
-        let i = n_found;
+        let k = n_found;
         ct.table
-            .prefetch_ahead(&mut s.hash, i, |j| (j < n_keyed).then_some(j));
-        let key = &s.parsed[i].key;
-        let Some((id, dir)) = ct.table.lookup_hashed(key, s.hash[i]) else {
+            .prefetch_ahead(&mut s.hash, k, |j| (j < n_keyed).then_some(j));
+        let key = &s.parsed[k].key;
+        let Some((id, dir)) = ct.table.lookup_hashed(key, s.hash[k]) else {
             break;
         };
         let Some(conn) = ct.table.get(id) else {
@@ -146,8 +165,8 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
         }
         let dst = u32::from(dst);
         lpm4.prefetch(dst);
-        s.dst4[i] = dst;
-        s.ct[i] = CtMark::Tracked {
+        s.dst4[k] = dst;
+        s.ct[usize::from(listed[k])] = CtMark::Tracked {
             id,
             dir,
             checked: true,
@@ -162,13 +181,14 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
     let hops = Hops::of(snap);
     let mut done = 0usize;
     while done < n_found {
-        let i = done;
+        let k = done;
+        let i = usize::from(listed[k]);
         let frame = b.frames.frame_mut(i);
         let Some(h) = frame.first_chunk::<L4_OFFSET>() else {
             break;
         };
         let (total, proto) = (usize::from(u16::from_be_bytes([h[16], h[17]])), h[23]);
-        let Some((out, src_mac, dst_mac)) = hops.resolved(s.nh4[i], total) else {
+        let Some((out, src_mac, dst_mac)) = hops.resolved(s.nh4[k], total) else {
             break;
         };
         let CtMark::Tracked { id, dir, nat, .. } = s.ct[i] else {
@@ -223,10 +243,15 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
     #[cfg(test)]
     LANED.with(|c| c.set(c.get() + done));
 
-    // 4. The rest of the burst, from the first packet the lane did not take: as the l2
-    //    stage does.
+    // 4. The rest of the burst — the listed packets from the first one the lane did
+    //    not take, then every packet from where the listing stopped —, in burst order
+    //    (the listed ones come before `stop`), as the l2 stage does.
     let mut n_ok = 0usize;
-    for i in done..n {
+    let rest = listed[done..]
+        .iter()
+        .map(|&i| usize::from(i))
+        .chain(stop..n);
+    for i in rest {
         s.ct[i] = CtMark::None;
         s.snat[i] = SnatHint::None;
         s.reflect[i] = false;
@@ -663,6 +688,61 @@ mod tests {
                 "the bursts exercise the lane: {laned} of {packets} packets (worker {worker}/{workers})"
             );
         }
+    }
+
+    /// As one of two workers: the other worker's packets are handed off from the lane,
+    /// which goes on past them; this worker's established packets are all its own.
+    #[test]
+    fn hands_off_another_workers_packets_and_goes_on() {
+        let snap = snapshot(1);
+        let mut ct = conntrack(0, 2, true, false);
+        let dst = Ipv4Addr::new(8, 8, 8, 8);
+        let udp = |sport| l4_frame(POD_MAC, GW_MAC, POD_IP, dst, sport, 53, None, 0, 0, 10);
+        let owner = |sport| {
+            let key = FlowKey::v4(0, 17, POD_IP, dst, sport, 53);
+            owner_of(&key, &key, false, &snap.snat, 2)
+        };
+        let ours: Vec<u16> = (1000..).filter(|&p| owner(p) == 0).take(2).collect();
+        let theirs: Vec<u16> = (1000..).filter(|&p| owner(p) == 1).take(2).collect();
+        let mut s = Box::<Scratch>::default();
+        let mut run = |sports: &[u16], ct: &mut Conntrack| {
+            let mut frames: Vec<Vec<u8>> = sports.iter().map(|&p| udp(p)).collect();
+            let mut actions = vec![Action::Drop(DropReason::Malformed); frames.len()];
+            LANED.with(|c| c.set(0));
+            process_burst(
+                &snap,
+                POD,
+                frames.as_mut_slice(),
+                &mut actions,
+                &mut s,
+                Some(ct),
+                &mut NoTrace,
+            );
+            (actions, LANED.with(|c| c.get()))
+        };
+        let fwd = Action::Forward { port: UPLINK };
+        let handoff = Action::Handoff { worker: 1 };
+        // First packets: the stages open this worker's connections.
+        let (actions, laned) = run(&[ours[0], theirs[0], ours[1]], &mut ct);
+        assert_eq!(actions, [fwd, handoff, fwd]);
+        assert_eq!((laned, ct.table.len()), (0, 2));
+        // Established, mixed with the other worker's: every one of ours in the lane.
+        let mixed = [theirs[1], ours[0], theirs[0], ours[1], theirs[1], ours[0]];
+        let (actions, laned) = run(&mixed, &mut ct);
+        assert_eq!(actions, [handoff, fwd, handoff, fwd, handoff, fwd]);
+        assert_eq!(laned, 3);
+        let packets = |sport| {
+            ct.table
+                .iter()
+                .find(|(_, c)| c.key().src_port == sport)
+                .map(|(_, c)| c.packets(Dir::Original))
+        };
+        assert_eq!((packets(ours[0]), packets(ours[1])), (Some(3), Some(2)));
+        assert_eq!(
+            ct.table.len(),
+            2,
+            "the other worker's connections are not ours"
+        );
     }
 
     /// A burst of established packets is the lane's whole; a new connection's first
