@@ -39,6 +39,10 @@
 //! established cases as worker 0 of `w`, polling a queue that carries every worker's
 //! connections — its own `n` and `w - 1` in `w` packets of the others', which it hands
 //! off; the stages-alone and new-connection cases are then not run),
+//! `FERRULE_BENCH_DENIED=<k>` (default 0: in each of the established stream's
+//! original-direction bursts, `k` packets at random places are from a pod to
+//! 203.0.113.0/24, which the pod's ingress table then denies — no connection, dropped
+//! by the stages; the case is named `…_denied_<k>`),
 //! `FERRULE_BENCH_COUNT=<bursts>` (no criterion: each
 //! case runs once for that many bursts, for `valgrind --tool=callgrind
 //! --toggle-collect='*counted*'`: the inclusive cost of `Worker::burst` (the whole
@@ -47,7 +51,7 @@
 
 use criterion::{black_box, Criterion, Throughput};
 use ferrule_dataplane::acl::table::{AclTables, Table};
-use ferrule_dataplane::acl::{Action as AclAction, Rule};
+use ferrule_dataplane::acl::{Action as AclAction, Prefix, Rule, RuleField};
 use ferrule_dataplane::conntrack::{Conntrack, CtBudget, CtConfig, NoAdvice, BYTES_PER_CONNECTION};
 use ferrule_dataplane::counters::{DropReason, MAX_PORTS};
 use ferrule_dataplane::dpdk::memory::HugePages;
@@ -299,13 +303,14 @@ fn snapshot(ct_on: bool) -> Snapshot {
             exclude: Vec::new(),
             ports: DEFAULT_PORTS.to_vec(),
         });
-        let reflect = Table::compile(
-            "pod-reflect".into(),
-            vec![Rule::any(AclAction::Reflect)],
-            vec![0],
-            1,
-        )
-        .expect("compile");
+        let mut rules = vec![Rule::any(AclAction::Reflect)];
+        if denied() > 0 {
+            let mut deny = Rule::any(AclAction::Deny);
+            deny.dst = Prefix::parse(&format!("{DENIED_NET}/24"), RuleField::Dst).expect("prefix");
+            rules.insert(0, deny);
+        }
+        let slots = (0..rules.len() as u32).collect();
+        let reflect = Table::compile("pod-reflect".into(), rules, slots, 1).expect("compile");
         let mut ingress = [None; MAX_PORTS];
         ingress[usize::from(POD_PORT)] = Some(0);
         snap.acl = Arc::new(AclTables::new(
@@ -322,6 +327,19 @@ fn snapshot(ct_on: bool) -> Snapshot {
 fn huge_pages() -> bool {
     std::env::var_os("FERRULE_BENCH_NO_HUGE").is_none()
 }
+
+/// Denied packets per original-direction burst of the established stream:
+/// `FERRULE_BENCH_DENIED`, default 0.
+fn denied() -> usize {
+    std::env::var("FERRULE_BENCH_DENIED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+        .min(burst_size())
+}
+
+/// The network the pods' ingress table denies with [`denied`] packets.
+const DENIED_NET: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 0);
 
 /// Workers on the node: `FERRULE_BENCH_WORKERS`, default 1 (the bench runs worker 0).
 fn workers() -> u16 {
@@ -811,6 +829,24 @@ fn established(n: u32, stream_len: usize) -> Established {
             }
         }
     }
+    // Denied packets in place of `denied()` random packets of each original burst.
+    let k = denied();
+    if k > 0 {
+        for (b, at) in (0..stream_len).step_by(burst_size()).enumerate() {
+            if !b.is_multiple_of(2) {
+                continue;
+            }
+            let end = (at + burst_size()).min(stream_len);
+            for i in rand::seq::index::sample(&mut rng, end - at, k.min(end - at)) {
+                let (pod, sport, _, _) = conn(own[rng.gen_range(0..n as usize)]);
+                let server = Ipv4Addr::from(u32::from(DENIED_NET) | rng.gen_range(1..255));
+                let f = tcp_frame((POD_MAC, GW_MAC), pod, server, sport, 443, CISN, 0, SYN);
+                on[at + i] = f;
+                off[at + i] = f;
+                expect[at + i] = Action::Drop(DropReason::AclDeny);
+            }
+        }
+    }
     Established { w, on, off, expect }
 }
 
@@ -882,16 +918,19 @@ fn bench_established(c: &mut Criterion, n: u32, samples: &Samples, baseline: boo
         match expect[i] {
             Action::Forward { port: UPLINK } => assert_eq!(f[26..30], NODE.octets()),
             Action::Forward { .. } => assert_eq!(f[30..34], conn_pod_of(&off[i]).octets()),
-            _ => assert_eq!(*f, on[i], "packet {i}: handed off as received"),
+            Action::Handoff { .. } => assert_eq!(*f, on[i], "packet {i}: handed off as received"),
+            _ => {}
         }
     }
 
     let workers = workers();
-    let name = if workers > 1 {
-        format!("conntrack_path_established_{}_of_{workers}", label(n))
-    } else {
-        format!("conntrack_path_established_{}", label(n))
-    };
+    let mut name = format!("conntrack_path_established_{}", label(n));
+    if workers > 1 {
+        name += &format!("_of_{workers}");
+    }
+    if denied() > 0 {
+        name += &format!("_denied_{}", denied());
+    }
     let mut g = c.benchmark_group(&name);
     g.throughput(Throughput::Elements(burst_size() as u64));
     let mut runner = Runner::new(on.clone());
@@ -905,9 +944,9 @@ fn bench_established(c: &mut Criterion, n: u32, samples: &Samples, baseline: boo
     assert_eq!(stats.invalid, 0, "{stats:?}");
     drop(runner);
 
-    // The conntrack and NAT stages alone, on the same table and stream (one worker:
-    // they are checked to forward every packet).
-    if workers == 1 {
+    // The conntrack and NAT stages alone, on the same table and stream (one worker, no
+    // denied packets: they are checked to forward every packet).
+    if workers == 1 && denied() == 0 {
         let mut part = CtPart::new(w.snap.clone(), w.ct.take().expect("ct"), false);
         part.packets = w.packets;
         drop(w);

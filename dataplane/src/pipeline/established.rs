@@ -11,22 +11,28 @@
 //! ([`CtMark::skips_acl`]: replies, and packets of connections checked against the
 //! rules in force).
 //!
-//! The lane takes the longest run of such packets at the start of the burst whose next
-//! hop is resolved and that the output's MTU fits; the packets from the first one that
-//! is not (a new connection, ICMP, a fragment, an expiring TTL, a local destination, a
-//! connection the changed ACLs have not checked, a next hop to resolve, a SYN that
-//! reopens a connection) to the end of the burst go through the stages. Taking a
-//! prefix keeps the stages' order: every packet is tracked in burst order, and nothing
-//! is tracked twice. With several workers, a plain packet of a connection another
-//! worker owns does not end the run: the lane hands it off, as the conntrack lookup
-//! would, and goes on (it never touches this worker's table, so the order of what
-//! this worker tracks is unchanged) — the worker polling a queue gets every worker's
-//! connections, unless RSS already sorts them by owner. The verdicts, rewritten bytes and
-//! connection states are the stages' (the differential test below runs both over
-//! random bursts of many connections). Of the per-packet scratch, a packet the lane
-//! takes has only its conntrack mark written (its key and hash are kept by its place
-//! in the lane's list, see [`stage`]): nothing after the burst reads the rest for a
-//! routed port's packets.
+//! The lane takes such packets from the start of the burst whose next hop is resolved
+//! and that the output's MTU fits, up to the first packet it cannot take without
+//! changing the order in which some connection sees its packets (ICMP, a fragment, IP
+//! options, an expiring TTL, a local destination, a next hop to resolve or an MTU it
+//! does not fit, a SYN that reopens a connection); that packet and every one after it
+//! go through the stages. Packets it leaves to the stages without stopping, because
+//! neither it nor the stages touch their connection for any packet it takes:
+//!
+//! - a packet of no connection (a new one: its later packets in the burst miss too);
+//! - a packet of a connection not checked against the ACL state in force, or of
+//!   another network (all its packets alike);
+//! - a packet of a connection another worker owns, which the lane hands off itself,
+//!   as the conntrack lookup would (it never touches this worker's table): the worker
+//!   polling a queue gets every worker's connections, unless RSS sorts them by owner.
+//!
+//! So every connection's packets are tracked in burst order, and nothing is tracked
+//! twice. The verdicts, rewritten bytes and connection states are the stages' (the
+//! differential test below runs both over random bursts of many connections; making
+//! the lane go on past a packet with options, an unresolved next hop or a reopening
+//! SYN makes it fail). Of the per-packet scratch, a packet the lane takes has only its
+//! conntrack mark written (its key and hash are kept by its place in the lane's list,
+//! see [`stage`]): nothing after the burst reads the rest for a routed port's packets.
 
 use super::burst::Burst;
 use super::ct::{owner_of, tcp_info, CtMark, SnatHint};
@@ -85,6 +91,8 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
     }
     let mut n_keyed = 0usize;
     let mut stop = 0usize;
+    // The packets given their verdict here (handed off, or taken), by index.
+    let mut handled = Handled::default();
     while stop < n {
         let i = stop;
         b.frames.prefetch(i + PREFETCH_AHEAD);
@@ -115,6 +123,7 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
                 s.snat[i] = SnatHint::None;
                 s.reflect[i] = false;
                 b.actions[i] = Action::Handoff { worker: owner };
+                handled.set(i);
                 stop += 1;
                 continue;
             }
@@ -133,27 +142,36 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
         n_keyed += 1;
         stop += 1;
     }
-    let listed = &s.pending4[..n_keyed];
 
     // 2. Their connections, looked up with the entries of the keys a few places on
-    //    prefetched (as the conntrack lookup does), up to the first packet that is
-    //    not of an established connection checked against the ACLs in force; each
-    //    one's destination after translation, for the route lookup (`s.dst4` and
-    //    `s.nh4` by place in the list).
+    //    prefetched (as the conntrack lookup does); each one's destination after
+    //    translation, for the route lookup. The packets found are listed again, in
+    //    place (`s.pending4[t]`, `t` no further than the place read), with their
+    //    destinations (`s.dst4[t]`) and marks. A packet of no connection (a new one)
+    //    or of a connection the lane does not take — not checked against the ACL state
+    //    in force, of another network — is left to the stages and the lane goes on:
+    //    neither the lane nor the stages touch that connection for any packet the lane
+    //    takes (a new connection's packets all miss here; a connection's check and
+    //    network are the same for all its packets), so what each connection sees stays
+    //    in burst order. A destination of the port's own ends the lane (of one
+    //    direction only: the connection's other packets would not all stay out).
     let mut n_found = 0usize;
-    while n_found < n_keyed {
-        let k = n_found;
+    let mut k = 0usize;
+    while k < n_keyed {
         ct.table
             .prefetch_ahead(&mut s.hash, k, |j| (j < n_keyed).then_some(j));
+        let i = s.pending4[k];
+        let found = ct.table.lookup_hashed(&s.parsed[k].key, s.hash[k]);
         let key = &s.parsed[k].key;
-        let Some((id, dir)) = ct.table.lookup_hashed(key, s.hash[k]) else {
-            break;
+        k += 1;
+        let Some((id, dir)) = found else {
+            continue;
         };
         let Some(conn) = ct.table.get(id) else {
             break;
         };
         if (ct.recheck && conn.acl_generation() != snap.acl.generation) || conn.zone() != network {
-            break;
+            continue;
         }
         let nat = conn.nat();
         let dst = match (dir, nat) {
@@ -165,8 +183,9 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
         }
         let dst = u32::from(dst);
         lpm4.prefetch(dst);
-        s.dst4[k] = dst;
-        s.ct[usize::from(listed[k])] = CtMark::Tracked {
+        s.dst4[n_found] = dst;
+        s.pending4[n_found] = i;
+        s.ct[usize::from(i)] = CtMark::Tracked {
             id,
             dir,
             checked: true,
@@ -176,19 +195,20 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
     }
 
     // 3. Routed in one batch; then, in burst order, each packet whose next hop is
-    //    resolved is tracked, translated and rewritten, up to the first that is not.
+    //    resolved is tracked, translated and rewritten, up to the first that is not
+    //    (its connection's later packets would be tracked before it).
     lpm4.lookup_batch(&s.dst4[..n_found], &mut s.nh4[..n_found]);
     let hops = Hops::of(snap);
     let mut done = 0usize;
     while done < n_found {
-        let k = done;
-        let i = usize::from(listed[k]);
+        let t = done;
+        let i = usize::from(s.pending4[t]);
         let frame = b.frames.frame_mut(i);
         let Some(h) = frame.first_chunk::<L4_OFFSET>() else {
             break;
         };
         let (total, proto) = (usize::from(u16::from_be_bytes([h[16], h[17]])), h[23]);
-        let Some((out, src_mac, dst_mac)) = hops.resolved(s.nh4[k], total) else {
+        let Some((out, src_mac, dst_mac)) = hops.resolved(s.nh4[t], total) else {
             break;
         };
         let CtMark::Tracked { id, dir, nat, .. } = s.ct[i] else {
@@ -205,6 +225,7 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
                 // (Unmarked, as the stages leave a packet their lookup drops.)
                 s.ct[i] = CtMark::None;
                 b.actions[i] = Action::Drop(DropReason::CtInvalid);
+                handled.set(i);
                 done += 1;
                 continue;
             }
@@ -237,21 +258,36 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
         } else {
             Action::Drop(DropReason::Malformed)
         };
+        handled.set(i);
         done += 1;
     }
 
     #[cfg(test)]
     LANED.with(|c| c.set(c.get() + done));
 
-    // 4. The rest of the burst — the listed packets from the first one the lane did
-    //    not take, then every packet from where the listing stopped —, in burst order
-    //    (the listed ones come before `stop`), as the l2 stage does.
+    // 4. The rest of the burst — the packets not handled above —, in burst order, as
+    //    the l2 stage does. (Nothing is left when the lane took the whole burst, as it
+    //    mostly does.)
+    if handled.count < n {
+        rest(b, &handled, n);
+    } else {
+        b.n_ok = 0;
+    }
+}
+
+/// Step 4 of [`stage`]: the packets of the burst's first `n` not in `handled`, parsed
+/// and checked as the l2 stage does and listed in `s.ok`, in burst order. (A function
+/// of its own, not inlined: in the lane's body the parse's accessors were no longer
+/// inlined, which cost new connections 5% more instructions.)
+#[inline(never)]
+fn rest<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>, handled: &Handled, n: usize) {
+    let (snap, port, s) = (b.snap, b.port, &mut *b.s);
+    let pod = port.role == PortRole::Pod;
     let mut n_ok = 0usize;
-    let rest = listed[done..]
-        .iter()
-        .map(|&i| usize::from(i))
-        .chain(stop..n);
-    for i in rest {
+    for i in 0..n.min(MAX_BURST) {
+        if handled.has(i) {
+            continue;
+        }
         s.ct[i] = CtMark::None;
         s.snat[i] = SnatHint::None;
         s.reflect[i] = false;
@@ -270,6 +306,31 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
         }
     }
     b.n_ok = n_ok;
+}
+
+/// A set of a burst's packets, by index, and how many it holds.
+#[derive(Default)]
+struct Handled {
+    bits: [u64; MAX_BURST / 64],
+    count: usize,
+}
+
+impl Handled {
+    /// Adds packet `i` (not in the set yet).
+    #[inline(always)]
+    fn set(&mut self, i: usize) {
+        if let Some(w) = self.bits.get_mut(i / 64) {
+            *w |= 1 << (i % 64);
+        }
+        self.count += 1;
+    }
+
+    #[inline(always)]
+    fn has(&self, i: usize) -> bool {
+        self.bits
+            .get(i / 64)
+            .is_some_and(|w| w & (1 << (i % 64)) != 0)
+    }
 }
 
 #[cfg(test)]
@@ -745,10 +806,11 @@ mod tests {
         );
     }
 
-    /// A burst of established packets is the lane's whole; a new connection's first
-    /// packet ends the lane's part and the rest goes through the stages in order.
+    /// A burst of established packets is the lane's whole; a new connection's packets
+    /// are left to the stages around the lane's; a packet the lane cannot read ends its
+    /// part, and the rest goes through the stages in order.
     #[test]
-    fn takes_the_leading_established_packets() {
+    fn takes_established_packets_around_new_connections() {
         let snap = snapshot(1);
         let mut ct = conntrack(0, 1, true, false);
         let dst = Ipv4Addr::new(8, 8, 8, 8);
@@ -789,24 +851,37 @@ mod tests {
             Ipv4Addr::from([again[0][26], again[0][27], again[0][28], again[0][29]]),
             NODE
         );
-        // A new connection in the middle: the lane stops there.
-        let mut mixed = vec![udp(1), udp(3), udp(2)];
+        // A new connection in the middle: left to the stages, the lane goes on.
+        let mut mixed = vec![udp(1), udp(3), udp(2), udp(3)];
         let (actions, laned) = run(&mut mixed, &mut ct, &mut s);
-        assert_eq!(laned, 1);
+        assert_eq!(laned, 2);
         assert!(actions
             .iter()
             .all(|a| *a == Action::Forward { port: UPLINK }));
         assert_eq!(ct.table.len(), 3);
-        let c = ct
-            .table
-            .iter()
-            .find(|(_, c)| c.key().src_port == 2)
-            .expect("conn")
-            .1;
+        let packets = |ct: &Conntrack, sport| {
+            ct.table
+                .iter()
+                .find(|(_, c)| c.key().src_port == sport)
+                .map(|(_, c)| c.packets(Dir::Original))
+        };
         assert_eq!(
-            c.packets(Dir::Original),
-            3,
-            "tracked once a packet, lane or not"
+            (packets(&ct, 2), packets(&ct, 3)),
+            (Some(3), Some(2)),
+            "tracked once a packet, lane or not; the new one opened by the stages"
         );
+        // A packet whose TTL runs out stops the lane: the rest take the stages.
+        let mut expiring = udp(2);
+        expiring[22] = 1;
+        expiring[24..26].fill(0);
+        let c = !checksum::data(&expiring[14..34]);
+        expiring[24..26].copy_from_slice(&c.to_be_bytes());
+        let mut stopped = vec![udp(1), expiring, udp(1), udp(3)];
+        let (actions, laned) = run(&mut stopped, &mut ct, &mut s);
+        assert_eq!(laned, 1);
+        assert_eq!(actions[0], Action::Forward { port: UPLINK });
+        assert_ne!(actions[1], Action::Forward { port: UPLINK });
+        assert_eq!(actions[2..], [Action::Forward { port: UPLINK }; 2]);
+        assert_eq!(packets(&ct, 1), Some(6));
     }
 }
