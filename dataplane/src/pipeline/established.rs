@@ -91,7 +91,7 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
     }
     let mut n_keyed = 0usize;
     let mut stop = 0usize;
-    // The packets given their verdict here (handed off, or taken), by index.
+    // The packets handed off here, by index (and before step 4, those taken).
     let mut handled = Handled::default();
     while stop < n {
         let i = stop;
@@ -225,7 +225,6 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
                 // (Unmarked, as the stages leave a packet their lookup drops.)
                 s.ct[i] = CtMark::None;
                 b.actions[i] = Action::Drop(DropReason::CtInvalid);
-                handled.set(i);
                 done += 1;
                 continue;
             }
@@ -258,7 +257,6 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
         } else {
             Action::Drop(DropReason::Malformed)
         };
-        handled.set(i);
         done += 1;
     }
 
@@ -268,7 +266,10 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
     // 4. The rest of the burst — the packets not handled above —, in burst order, as
     //    the l2 stage does. (Nothing is left when the lane took the whole burst, as it
     //    mostly does.)
-    if handled.count < n {
+    if handled.count + done < n {
+        for &i in &s.pending4[..done] {
+            handled.set(usize::from(i));
+        }
         rest(b, &handled, n);
     } else {
         b.n_ok = 0;
