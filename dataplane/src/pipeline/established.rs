@@ -13,26 +13,31 @@
 //!
 //! The lane takes such packets from the start of the burst whose next hop is resolved
 //! and that the output's MTU fits, up to the first packet it cannot take without
-//! changing the order in which some connection sees its packets (ICMP, a fragment, IP
-//! options, an expiring TTL, a local destination, a next hop to resolve or an MTU it
+//! changing the order of the table's operations (ICMP, a fragment, IP options, an
+//! expiring TTL, a connection the changed ACLs have not checked, a tracked packet whose
+//! destination after translation is the port's own, a next hop to resolve or an MTU it
 //! does not fit, a SYN that reopens a connection); that packet and every one after it
-//! go through the stages. Packets it leaves to the stages without stopping, because
-//! neither it nor the stages touch their connection for any packet it takes:
+//! go through the stages. Two kinds of packet it passes over without stopping, because
+//! in the stages they do nothing to the table until every packet has been looked up:
 //!
-//! - a packet of no connection (a new one: its later packets in the burst miss too);
-//! - a packet of a connection not checked against the ACL state in force, or of
-//!   another network (all its packets alike);
+//! - a packet of no connection (a new one): the stages' lookup changes nothing for
+//!   it, and their commit, which inserts it, runs after every lookup in either order
+//!   (its later packets in the burst miss the table too); but a burst whose first such
+//!   packet is its first goes to the stages whole (a SYN flood, a burst of queries);
 //! - a packet of a connection another worker owns, which the lane hands off itself,
 //!   as the conntrack lookup would (it never touches this worker's table): the worker
 //!   polling a queue gets every worker's connections, unless RSS sorts them by owner.
 //!
-//! So every connection's packets are tracked in burst order, and nothing is tracked
-//! twice. The verdicts, rewritten bytes and connection states are the stages' (the
-//! differential test below runs both over random bursts of many connections; making
-//! the lane go on past a packet with options, an unresolved next hop or a reopening
-//! SYN makes it fail). Of the per-packet scratch, a packet the lane takes has only its
-//! conntrack mark written (its key and hash are kept by its place in the lane's list,
-//! see [`stage`]): nothing after the burst reads the rest for a routed port's packets.
+//! So the table sees the same operations in the same order as with the stages alone:
+//! the same connection states, aging lists and slots. The verdicts, rewritten bytes and
+//! connection states are the stages' (the differential test below runs both over
+//! random bursts of many connections and expires them one at a time; making the lane go
+//! on past a packet with options, an unresolved next hop, a reopening SYN or an
+//! unchecked connection makes it fail). Of the per-packet scratch, a packet the lane
+//! takes has only its conntrack mark and action written; the lane's own arrays
+//! (`s.pending4`, `s.dst4`, `s.nh4`, and the keys and hashes by place in its list,
+//! see [`stage`]) are the stages' to overwrite; a packet handed off has its marks
+//! cleared. Nothing after the burst reads the rest for a routed port's packets.
 
 use super::burst::Burst;
 use super::ct::{owner_of, tcp_info, CtMark, SnatHint};
@@ -144,17 +149,13 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
     }
 
     // 2. Their connections, looked up with the entries of the keys a few places on
-    //    prefetched (as the conntrack lookup does); each one's destination after
-    //    translation, for the route lookup. The packets found are listed again, in
-    //    place (`s.pending4[t]`, `t` no further than the place read), with their
-    //    destinations (`s.dst4[t]`) and marks. A packet of no connection (a new one)
-    //    or of a connection the lane does not take — not checked against the ACL state
-    //    in force, of another network — is left to the stages and the lane goes on:
-    //    neither the lane nor the stages touch that connection for any packet the lane
-    //    takes (a new connection's packets all miss here; a connection's check and
-    //    network are the same for all its packets), so what each connection sees stays
-    //    in burst order. A destination of the port's own ends the lane (of one
-    //    direction only: the connection's other packets would not all stay out).
+    //    prefetched (as the conntrack lookup does), up to the first packet that is
+    //    not of an established connection checked against the ACLs in force; each
+    //    one's destination after translation, for the route lookup. The packets found
+    //    are listed again, in place (`s.pending4[t]`, `t` no further than the place
+    //    read), with their destinations (`s.dst4[t]`) and marks. A packet of no
+    //    connection (a new one) is left to the stages and the lane goes on (see the
+    //    module documentation).
     let mut n_found = 0usize;
     let mut k = 0usize;
     while k < n_keyed {
@@ -171,7 +172,7 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
             break;
         };
         if (ct.recheck && conn.acl_generation() != snap.acl.generation) || conn.zone() != network {
-            continue;
+            break;
         }
         let nat = conn.nat();
         let dst = match (dir, nat) {
@@ -600,7 +601,8 @@ mod tests {
         }
     }
 
-    /// A connection as the table holds it, for comparing two tables.
+    /// A connection as the table holds it, for comparing two tables (its slot last:
+    /// the same slots mean the same order of removals and inserts).
     type ConnRow = (
         crate::flow::FlowKey,
         ConnState,
@@ -610,13 +612,14 @@ mod tests {
         u64,
         u64,
         bool,
+        u32,
     );
 
     fn rows(ct: &Conntrack) -> Vec<ConnRow> {
         let mut v: Vec<ConnRow> = ct
             .table
             .iter()
-            .map(|(_, c)| {
+            .map(|(id, c)| {
                 (
                     c.key(),
                     c.state(),
@@ -633,6 +636,7 @@ mod tests {
                     c.expires_at(),
                     c.acl_generation(),
                     c.replied(),
+                    id.index(),
                 )
             })
             .collect();
@@ -736,8 +740,17 @@ mod tests {
                     "case {case}"
                 );
                 if case % 300 == 299 {
-                    // Time passes: connections expire alike.
+                    // Time passes: connections expire alike, one at a time first (in
+                    // the order of the aging lists, which the order of tracking
+                    // sets), then the rest.
                     let later = now + 200_000;
+                    for _ in 0..8 {
+                        assert_eq!(
+                            lane_ct.table.expire(later, 1),
+                            staged_ct.table.expire(later, 1)
+                        );
+                        assert_eq!(rows(&lane_ct), rows(&staged_ct), "case {case}: expiry");
+                    }
                     assert_eq!(
                         lane_ct.table.expire(later, usize::MAX),
                         staged_ct.table.expire(later, usize::MAX)
@@ -750,6 +763,28 @@ mod tests {
                 "the bursts exercise the lane: {laned} of {packets} packets (worker {worker}/{workers})"
             );
         }
+    }
+
+    /// `frames` received on the pod port: their actions, and how many the lane took.
+    fn run_pod_burst(
+        snap: &Snapshot,
+        frames: &mut [Vec<u8>],
+        ct: &mut Conntrack,
+        s: &mut Scratch,
+    ) -> (Vec<Action>, usize) {
+        let mut actions = vec![Action::Drop(DropReason::Malformed); frames.len()];
+        LANED.with(|c| c.set(0));
+        process_burst(snap, POD, frames, &mut actions, s, Some(ct), &mut NoTrace);
+        (actions, LANED.with(|c| c.get()))
+    }
+
+    /// The packets `ct` counted in the original direction of the connection from
+    /// source port `sport`.
+    fn original_packets(ct: &Conntrack, sport: u16) -> Option<u64> {
+        ct.table
+            .iter()
+            .find(|(_, c)| c.key().src_port == sport)
+            .map(|(_, c)| c.packets(Dir::Original))
     }
 
     /// As one of two workers: the other worker's packets are handed off from the lane,
@@ -769,18 +804,7 @@ mod tests {
         let mut s = Box::<Scratch>::default();
         let mut run = |sports: &[u16], ct: &mut Conntrack| {
             let mut frames: Vec<Vec<u8>> = sports.iter().map(|&p| udp(p)).collect();
-            let mut actions = vec![Action::Drop(DropReason::Malformed); frames.len()];
-            LANED.with(|c| c.set(0));
-            process_burst(
-                &snap,
-                POD,
-                frames.as_mut_slice(),
-                &mut actions,
-                &mut s,
-                Some(ct),
-                &mut NoTrace,
-            );
-            (actions, LANED.with(|c| c.get()))
+            run_pod_burst(&snap, &mut frames, ct, &mut s)
         };
         let fwd = Action::Forward { port: UPLINK };
         let handoff = Action::Handoff { worker: 1 };
@@ -793,13 +817,13 @@ mod tests {
         let (actions, laned) = run(&mixed, &mut ct);
         assert_eq!(actions, [handoff, fwd, handoff, fwd, handoff, fwd]);
         assert_eq!(laned, 3);
-        let packets = |sport| {
-            ct.table
-                .iter()
-                .find(|(_, c)| c.key().src_port == sport)
-                .map(|(_, c)| c.packets(Dir::Original))
-        };
-        assert_eq!((packets(ours[0]), packets(ours[1])), (Some(3), Some(2)));
+        assert_eq!(
+            (
+                original_packets(&ct, ours[0]),
+                original_packets(&ct, ours[1])
+            ),
+            (Some(3), Some(2))
+        );
         assert_eq!(
             ct.table.len(),
             2,
@@ -818,18 +842,7 @@ mod tests {
         let udp = |sport| l4_frame(POD_MAC, GW_MAC, POD_IP, dst, sport, 53, None, 0, 0, 10);
         let mut s = Box::<Scratch>::default();
         let run = |frames: &mut Vec<Vec<u8>>, ct: &mut Conntrack, s: &mut Scratch| {
-            let mut actions = vec![Action::Drop(DropReason::Malformed); frames.len()];
-            LANED.with(|c| c.set(0));
-            process_burst(
-                &snap,
-                POD,
-                frames.as_mut_slice(),
-                &mut actions,
-                s,
-                Some(ct),
-                &mut NoTrace,
-            );
-            (actions, LANED.with(|c| c.get()))
+            run_pod_burst(&snap, frames, ct, s)
         };
         // First packets: the stages open the connections.
         let mut first = vec![udp(1), udp(2)];
@@ -860,14 +873,8 @@ mod tests {
             .iter()
             .all(|a| *a == Action::Forward { port: UPLINK }));
         assert_eq!(ct.table.len(), 3);
-        let packets = |ct: &Conntrack, sport| {
-            ct.table
-                .iter()
-                .find(|(_, c)| c.key().src_port == sport)
-                .map(|(_, c)| c.packets(Dir::Original))
-        };
         assert_eq!(
-            (packets(&ct, 2), packets(&ct, 3)),
+            (original_packets(&ct, 2), original_packets(&ct, 3)),
             (Some(3), Some(2)),
             "tracked once a packet, lane or not; the new one opened by the stages"
         );
@@ -883,6 +890,6 @@ mod tests {
         assert_eq!(actions[0], Action::Forward { port: UPLINK });
         assert_ne!(actions[1], Action::Forward { port: UPLINK });
         assert_eq!(actions[2..], [Action::Forward { port: UPLINK }; 2]);
-        assert_eq!(packets(&ct, 1), Some(6));
+        assert_eq!(original_packets(&ct, 1), Some(6));
     }
 }
