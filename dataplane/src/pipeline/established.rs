@@ -87,10 +87,10 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
     // 1. The leading plain packets, listed by index in `s.pending4` (the route
     //    stage's array, free until it runs), and by their place `k` in that list
     //    their keys (in `s.parsed[k].key`, which the stages overwrite for the packets
-    //    they take) and hashes (`s.hash[k]`, which their lookup computes again). A packet of a
-    //    connection another worker owns is handed off here, as the conntrack lookup
-    //    would hand it off: it never touches this worker's table, so the lane goes on
-    //    past it.
+    //    they take) and hashes (`s.hash[k]`, which their lookup computes again). A
+    //    packet of a connection another worker owns is handed off here, as the
+    //    conntrack lookup would hand it off: it never touches this worker's table, so
+    //    the lane goes on past it.
     for i in 0..PREFETCH_AHEAD.min(n) {
         b.frames.prefetch(i);
     }
