@@ -157,15 +157,12 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
     //    connection (a new one) is left to the stages and the lane goes on (see the
     //    module documentation).
     let mut n_found = 0usize;
-    let mut k = 0usize;
-    while k < n_keyed {
+    for k in 0..n_keyed {
         ct.table
             .prefetch_ahead(&mut s.hash, k, |j| (j < n_keyed).then_some(j));
         let i = s.pending4[k];
-        let found = ct.table.lookup_hashed(&s.parsed[k].key, s.hash[k]);
         let key = &s.parsed[k].key;
-        k += 1;
-        let Some((id, dir)) = found else {
+        let Some((id, dir)) = ct.table.lookup_hashed(key, s.hash[k]) else {
             continue;
         };
         let Some(conn) = ct.table.get(id) else {
