@@ -101,7 +101,7 @@ pub fn owner(parsed: &Parsed, frame: &[u8], snat: &SnatPolicy, workers: u16) -> 
 }
 
 /// [`owner`] of a packet with key `key`, of connection `flow` (the key itself, or for
-/// an ICMP error, `error`, the key it quotes), among `workers` (more than one).
+/// an ICMP error, `error`, the key it quotes), among `workers` (0 for one worker).
 #[inline(always)]
 pub(super) fn owner_of(
     key: &FlowKey,
@@ -110,6 +110,9 @@ pub(super) fn owner_of(
     snat: &SnatPolicy,
     workers: u16,
 ) -> u16 {
+    if workers <= 1 {
+        return 0;
+    }
     if key.family == Family::V4 && snat.is_node_ip(Ipv4Addr::from(key.dst_v4())) {
         // A reply arrives at NAT address:port; an error quotes NAT address:port → remote.
         let nat_port = if error { flow.src_port } else { key.dst_port };

@@ -118,11 +118,7 @@ pub fn stage<F: Frames + ?Sized, T: Tracer>(b: &mut Burst<'_, F, T>) {
             u16::from_be_bytes([l4[2], l4[3]]),
         );
         if foreign && !ct.no_handoff {
-            let owner = if ct.workers <= 1 {
-                0
-            } else {
-                owner_of(&key, &key, false, &snap.snat, ct.workers)
-            };
+            let owner = owner_of(&key, &key, false, &snap.snat, ct.workers);
             if owner != ct.worker {
                 s.ct[i] = CtMark::None;
                 s.snat[i] = SnatHint::None;
